@@ -1,0 +1,101 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors returned by the runtime. Test for them with errors.Is; the helpers
+// IsOverloaded, IsRetryable and IsRemote classify an error the way a caller
+// decides what to do next.
+var (
+	// ErrClosed is returned by calls on a runtime that has been closed, and by
+	// calls still queued when Close was called.
+	ErrClosed = errors.New("core: runtime closed")
+
+	// ErrOverloaded is returned at once when an object's queue is full
+	// (Options.MaxQueue). It is retryable, but not at once: back off first.
+	ErrOverloaded = errors.New("core: object overloaded")
+
+	// ErrInvalidName is returned for an object name that is empty, longer than
+	// MaxNameLen bytes, or not valid UTF-8, and for a namespace name that is
+	// not a plain identifier.
+	ErrInvalidName = errors.New("core: invalid name")
+
+	// ErrCommitFailed is returned when the commit that holds a turn's writes
+	// could not be made durable. The turn's writes are lost (never half
+	// applied); the call is retryable.
+	ErrCommitFailed = errors.New("core: commit failed")
+
+	// ErrNotInTurn is returned when storage, Await or the alarm methods are
+	// used while the object is not running a turn, for example from a
+	// goroutine the object started itself.
+	ErrNotInTurn = errors.New("core: not inside a turn of this object")
+
+	// ErrSQLNotAllowed is returned for SQL that would take control of the
+	// runtime's transactions or files: BEGIN, COMMIT, ROLLBACK, SAVEPOINT,
+	// RELEASE, ATTACH, DETACH, PRAGMAs that change settings, and writes to the
+	// runtime's own tables (named _durable_*). Use Storage.Transaction for a
+	// nested transaction.
+	ErrSQLNotAllowed = errors.New("core: sql statement not allowed")
+
+	// ErrNoRows is returned by Row.Scan when the query selected no row.
+	ErrNoRows = errors.New("core: no rows in result set")
+
+	// ErrTooLarge is returned when a value is over a documented size limit.
+	ErrTooLarge = errors.New("core: value too large")
+)
+
+// Error describes a failed operation on one object. Every error from Call
+// and from the runtime's own operations on an object is an *Error, so the
+// object concerned is always named; Unwrap gives the cause.
+type Error struct {
+	Op        string // "call", "construct", "commit", "alarm", ...
+	Namespace string
+	Name      string
+	Err       error
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("%s %s/%q: %v", e.Op, e.Namespace, e.Name, e.Err)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// RemoteError wraps an error raised by the object's own code (a returned
+// error or a panic) as opposed to a fault of the runtime. The turn that
+// raised it was rolled back; retrying makes sense only if the object's
+// method is safe to retry.
+type RemoteError struct {
+	Err error
+}
+
+func (e *RemoteError) Error() string { return e.Err.Error() }
+func (e *RemoteError) Unwrap() error { return e.Err }
+
+// PanicError is the cause of a RemoteError when the object's code panicked.
+// The panic is recovered so that the object keeps serving other callers:
+// the turn is rolled back and the caller receives the panic value and stack.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("core: panic in object code: %v", e.Value) }
+
+// IsOverloaded reports whether err means the object was too busy to take the
+// call. Callers should back off before retrying.
+func IsOverloaded(err error) bool { return errors.Is(err, ErrOverloaded) }
+
+// IsRetryable reports whether err is a transient runtime fault after which
+// the same call may be retried (with backoff): overload or a failed commit.
+// Errors raised by the object's own code are not retryable by this test.
+func IsRetryable(err error) bool {
+	return errors.Is(err, ErrOverloaded) || errors.Is(err, ErrCommitFailed)
+}
+
+// IsRemote reports whether err was raised by the object's own code.
+func IsRemote(err error) bool {
+	var re *RemoteError
+	return errors.As(err, &re)
+}

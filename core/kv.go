@@ -1,0 +1,144 @@
+package core
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+)
+
+// Limits of the KV API.
+const (
+	MaxKeyLen   = 2048    // bytes in a key
+	MaxValueLen = 1 << 20 // bytes in a value
+)
+
+// Entry is one key and its value, as returned by List.
+type Entry struct {
+	Key   string
+	Value []byte
+}
+
+func checkKey(key string) error {
+	if key == "" || len(key) > MaxKeyLen {
+		return fmt.Errorf("%w: key of %d bytes (must be 1 to %d)", ErrTooLarge, len(key), MaxKeyLen)
+	}
+	return nil
+}
+
+// Get returns the value stored under key and whether there was one.
+func (s *Storage) Get(key string) ([]byte, bool, error) {
+	st, err := s.begin()
+	if err != nil {
+		return nil, false, err
+	}
+	st.internal = true
+	defer func() { st.internal = false }()
+	stmt, err := st.stmt("SELECT value FROM _durable_kv WHERE key = ?")
+	if err != nil {
+		return nil, false, fmt.Errorf("core: kv get: %w", err)
+	}
+	var v []byte
+	switch err := stmt.QueryRow(key).Scan(&v); {
+	case err == nil:
+		s.o.reads.Add(1)
+		return v, true, nil
+	case strings.Contains(err.Error(), "no rows"):
+		return nil, false, nil
+	default:
+		return nil, false, fmt.Errorf("core: kv get: %w", err)
+	}
+}
+
+// Put stores value under key, replacing any value there.
+func (s *Storage) Put(key string, value []byte) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	if len(value) > MaxValueLen {
+		return fmt.Errorf("%w: value of %d bytes (limit %d)", ErrTooLarge, len(value), MaxValueLen)
+	}
+	st, err := s.begin()
+	if err != nil {
+		return err
+	}
+	s.o.batch.dirty = true
+	if value == nil {
+		value = []byte{}
+	}
+	if err := st.execInternal("INSERT INTO _durable_kv(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value", key, value); err != nil {
+		return fmt.Errorf("core: kv put: %w", err)
+	}
+	s.o.writes.Add(1)
+	return nil
+}
+
+// Delete removes key and reports whether it was there.
+func (s *Storage) Delete(key string) (bool, error) {
+	st, err := s.begin()
+	if err != nil {
+		return false, err
+	}
+	s.o.batch.dirty = true
+	res, err := st.execInternalResult("DELETE FROM _durable_kv WHERE key = ?", key)
+	if err != nil {
+		return false, fmt.Errorf("core: kv delete: %w", err)
+	}
+	n, _ := res.RowsAffected()
+	s.o.writes.Add(n)
+	return n > 0, nil
+}
+
+// List returns the entries whose keys start with prefix, in key order, at
+// most limit of them (limit <= 0: all).
+func (s *Storage) List(prefix string, limit int) ([]Entry, error) {
+	st, err := s.begin()
+	if err != nil {
+		return nil, err
+	}
+	st.internal = true
+	defer func() { st.internal = false }()
+	stmt, err := st.stmt("SELECT key, value FROM _durable_kv WHERE key >= ? ORDER BY key")
+	if err != nil {
+		return nil, fmt.Errorf("core: kv list: %w", err)
+	}
+	rows, err := stmt.Query(prefix)
+	if err != nil {
+		return nil, fmt.Errorf("core: kv list: %w", err)
+	}
+	defer rows.Close()
+	var out []Entry
+	for rows.Next() && (limit <= 0 || len(out) < limit) {
+		var e Entry
+		if err := rows.Scan(&e.Key, &e.Value); err != nil {
+			return nil, fmt.Errorf("core: kv list: %w", err)
+		}
+		if !strings.HasPrefix(e.Key, prefix) {
+			break
+		}
+		s.o.reads.Add(1)
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// GetJSON decodes the JSON value stored under key into a V.
+func GetJSON[V any](s *Storage, key string) (V, bool, error) {
+	var v V
+	b, ok, err := s.Get(key)
+	if err != nil || !ok {
+		return v, ok, err
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return v, true, fmt.Errorf("core: kv %q: %w", key, err)
+	}
+	return v, true, nil
+}
+
+// PutJSON stores v as JSON under key.
+func PutJSON(s *Storage, key string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("core: kv %q: %w", key, err)
+	}
+	return s.Put(key, b)
+}

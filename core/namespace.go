@@ -1,0 +1,220 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+)
+
+// A Namespace is a class of objects sharing one constructor, like a Durable
+// Object class. Get addresses one object in it by name.
+type Namespace[T any] struct {
+	ns *namespace
+}
+
+// namespace is the untyped part of a Namespace.
+type namespace struct {
+	rt   *Runtime
+	name string
+	dir  string
+	ctor func(*State) (any, error)
+
+	mu      sync.Mutex               // protects objects and closing
+	objects map[string]*object       // resident objects by name
+	closing map[string]chan struct{} // by id: databases still being closed after eviction
+}
+
+// Register adds a namespace to the runtime. ctor builds an object's
+// in-memory instance; it runs as the object's first turn, each time the
+// object is activated (first use, and again after every eviction), so it
+// should only rebuild memory from storage and create tables idempotently.
+func Register[T any](rt *Runtime, name string, ctor func(*State) (T, error)) (*Namespace[T], error) {
+	if err := validateNamespace(name); err != nil {
+		return nil, err
+	}
+	if ctor == nil {
+		return nil, errors.New("core: Register: nil constructor")
+	}
+	dir := filepath.Join(rt.dir, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("core: register %s: %w", name, err)
+	}
+	ns := &namespace{
+		rt:      rt,
+		name:    name,
+		dir:     dir,
+		ctor:    func(st *State) (any, error) { return ctor(st) },
+		objects: make(map[string]*object),
+		closing: make(map[string]chan struct{}),
+	}
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.closed {
+		return nil, ErrClosed
+	}
+	if _, dup := rt.namespaces[name]; dup {
+		return nil, fmt.Errorf("core: namespace %q already registered", name)
+	}
+	rt.namespaces[name] = ns
+	return &Namespace[T]{ns: ns}, nil
+}
+
+// Name returns the namespace's name.
+func (n *Namespace[T]) Name() string { return n.ns.name }
+
+// Get returns a stub for the object called name. The same name always
+// addresses the same object, across evictions and restarts. Get does no I/O;
+// the object is activated by the first call.
+func (n *Namespace[T]) Get(name string) (*Stub[T], error) {
+	if err := validateName(name); err != nil {
+		return nil, err
+	}
+	return &Stub[T]{ns: n.ns, name: name, id: objectID(n.ns.name, name)}, nil
+}
+
+// A Stub addresses one object. It is cheap, safe for concurrent use, and may
+// be kept for as long as the runtime lives.
+type Stub[T any] struct {
+	ns   *namespace
+	name string
+	id   string
+	obj  atomic.Pointer[object] // the resident object last seen, if any
+}
+
+// Name returns the object's name.
+func (s *Stub[T]) Name() string { return s.name }
+
+// ID returns the object's id: the hex of a hash of namespace and name.
+func (s *Stub[T]) ID() string { return s.id }
+
+// Call runs fn on the object's turn and returns its result once every write
+// the turn made is durable.
+//
+// The turn starts when the calls queued before it have run; fn receives a
+// context that marks the turn, which object code must pass to State.Await
+// and to calls to other objects. A write fn makes is committed atomically
+// with the turn; if fn returns an error or panics, the turn is rolled back
+// and the error is returned wrapped in a *RemoteError (inside an *Error).
+//
+// Called from inside another object's turn (with that turn's context), Call
+// opens the caller's input gate while it waits, as State.Await does, so
+// that A -> B -> A completes.
+func Call[T, R any](ctx context.Context, s *Stub[T], fn func(ctx context.Context, obj T) (R, error)) (R, error) {
+	var r R
+	run := func(ctx context.Context, inst any) error {
+		var err error
+		r, err = fn(ctx, inst.(T))
+		return err
+	}
+	var err error
+	if caller := turnOf(ctx); caller != nil {
+		err = caller.await(ctx, func(ctx context.Context) error { return s.call(ctx, run) })
+	} else {
+		err = s.call(ctx, run)
+	}
+	return r, err
+}
+
+// Do is Call for functions without a result.
+func Do[T any](ctx context.Context, s *Stub[T], fn func(ctx context.Context, obj T) error) error {
+	_, err := Call(ctx, s, func(ctx context.Context, obj T) (struct{}, error) { return struct{}{}, fn(ctx, obj) })
+	return err
+}
+
+func (s *Stub[T]) call(ctx context.Context, fn func(context.Context, any) error) error {
+	rt := s.ns.rt
+	if err := rt.enter(); err != nil {
+		return &Error{Op: "call", Namespace: s.ns.name, Name: s.name, Err: err}
+	}
+	defer rt.leave()
+	for {
+		o := s.obj.Load()
+		if o == nil || o.isEvicted() {
+			o = s.ns.object(s.name, s.id)
+			s.obj.Store(o)
+		}
+		err := o.run(ctx, fn)
+		if err == errEvicted {
+			continue // evicted between lookup and queueing: look up again
+		}
+		if err != nil {
+			return &Error{Op: "call", Namespace: s.ns.name, Name: s.name, Err: err}
+		}
+		return nil
+	}
+}
+
+// object returns the resident object for name, creating it if needed.
+func (ns *namespace) object(name, id string) *object {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	if o, ok := ns.objects[name]; ok {
+		return o
+	}
+	o := newObject(ns, name, id)
+	ns.objects[name] = o
+	ns.rt.stats.resident.Add(1)
+	return o
+}
+
+// remove forgets an evicted object and marks its database as closing.
+func (ns *namespace) remove(o *object) chan struct{} {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	if ns.objects[o.name] == o {
+		delete(ns.objects, o.name)
+		ns.rt.stats.resident.Add(-1)
+	}
+	ch := make(chan struct{})
+	ns.closing[o.id] = ch
+	return ch
+}
+
+// closed marks an evicted object's database as closed.
+func (ns *namespace) closed(id string, ch chan struct{}) {
+	ns.mu.Lock()
+	if ns.closing[id] == ch {
+		delete(ns.closing, id)
+	}
+	ns.mu.Unlock()
+	close(ch)
+}
+
+// waitClosed waits until no evicted instance of id still has its database open.
+func (ns *namespace) waitClosed(id string) {
+	for {
+		ns.mu.Lock()
+		ch, ok := ns.closing[id]
+		ns.mu.Unlock()
+		if !ok {
+			return
+		}
+		<-ch
+	}
+}
+
+func (ns *namespace) waitClosing() {
+	ns.mu.Lock()
+	chs := make([]chan struct{}, 0, len(ns.closing))
+	for _, ch := range ns.closing {
+		chs = append(chs, ch)
+	}
+	ns.mu.Unlock()
+	for _, ch := range chs {
+		<-ch
+	}
+}
+
+func (ns *namespace) snapshot() []*object {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	out := make([]*object, 0, len(ns.objects))
+	for _, o := range ns.objects {
+		out = append(out, o)
+	}
+	return out
+}

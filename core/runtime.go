@@ -1,0 +1,278 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Options configure a Runtime. The zero value is ready to use: a private
+// temporary directory, durable commits, the original runtime's idle time.
+type Options struct {
+	// Dir is the data directory. Each namespace gets a subdirectory, each
+	// object one SQLite file in it. "" means a private temporary directory
+	// that Close removes.
+	Dir string
+
+	// IdleTimeout is how long an object with nothing to do stays in memory
+	// before it is evicted (default 10 s).
+	IdleTimeout time.Duration
+
+	// MaxQueue bounds the calls waiting for one object (default 1024). A call
+	// to a full queue fails at once with ErrOverloaded.
+	MaxQueue int
+
+	// MaxOpenObjects bounds the objects kept in memory with an open database
+	// (default 1024). Past it, the least recently used idle objects are
+	// evicted early. An open database costs about 150 KiB.
+	MaxOpenObjects int
+
+	// MaxBatch bounds the turns that share one group commit (default 1024).
+	MaxBatch int
+
+	// Synchronous is SQLite's synchronous setting for object databases:
+	// "FULL" (the default: a commit survives power loss) or "NORMAL" (a
+	// commit survives a crash of the process but perhaps not of the machine).
+	Synchronous string
+
+	// Logger receives the runtime's structured records (default slog.Default()).
+	Logger *slog.Logger
+}
+
+func (o *Options) withDefaults() error {
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = 10 * time.Second
+	}
+	if o.MaxQueue <= 0 {
+		o.MaxQueue = 1024
+	}
+	if o.MaxOpenObjects <= 0 {
+		o.MaxOpenObjects = 1024
+	}
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = 1024
+	}
+	switch o.Synchronous {
+	case "":
+		o.Synchronous = "FULL"
+	case "FULL", "NORMAL":
+	default:
+		return fmt.Errorf("core: Options.Synchronous must be FULL or NORMAL, not %q", o.Synchronous)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return nil
+}
+
+// Runtime hosts namespaces of objects over one data directory. It is safe
+// for concurrent use. Open one per directory: two runtimes over the same
+// directory would break the one-instance rule.
+type Runtime struct {
+	opts   Options
+	dir    string
+	ownDir bool
+	log    *slog.Logger
+
+	mu         sync.RWMutex // protects closed and namespaces
+	closed     bool
+	namespaces map[string]*namespace
+
+	calls sync.WaitGroup // calls in flight, waited for by Close
+
+	stop chan struct{} // closed by Close to stop the janitor
+	done chan struct{} // closed when the janitor has returned
+
+	isClosed atomic.Bool
+	stats    runtimeStats
+}
+
+type runtimeStats struct {
+	turns, commits, constructs, evictions, resident, openDBs atomic.Int64
+}
+
+// Stats are counters over the runtime's life, for tests, benchmarks and
+// monitoring.
+type Stats struct {
+	Turns      int64 // turns run (calls, constructors, event deliveries)
+	Commits    int64 // durable commits of object databases (each one fsync with FULL)
+	Constructs int64 // constructor runs
+	Evictions  int64 // objects evicted from memory
+	Resident   int64 // objects in memory now
+	OpenDBs    int64 // object databases open now
+}
+
+// Open starts a runtime over opts.Dir.
+func Open(opts Options) (*Runtime, error) {
+	if err := opts.withDefaults(); err != nil {
+		return nil, err
+	}
+	rt := &Runtime{
+		opts:       opts,
+		log:        opts.Logger,
+		namespaces: make(map[string]*namespace),
+		stop:       make(chan struct{}),
+		done:       make(chan struct{}),
+	}
+	if opts.Dir == "" {
+		d, err := os.MkdirTemp("", "durable-")
+		if err != nil {
+			return nil, fmt.Errorf("core: open: %w", err)
+		}
+		rt.dir, rt.ownDir = d, true
+	} else {
+		d, err := filepath.Abs(opts.Dir)
+		if err != nil {
+			return nil, fmt.Errorf("core: open: %w", err)
+		}
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, fmt.Errorf("core: open: %w", err)
+		}
+		rt.dir = d
+	}
+	go rt.janitor()
+	return rt, nil
+}
+
+// Dir returns the absolute data directory.
+func (rt *Runtime) Dir() string { return rt.dir }
+
+// Stats returns a snapshot of the runtime's counters.
+func (rt *Runtime) Stats() Stats {
+	return Stats{
+		Turns:      rt.stats.turns.Load(),
+		Commits:    rt.stats.commits.Load(),
+		Constructs: rt.stats.constructs.Load(),
+		Evictions:  rt.stats.evictions.Load(),
+		Resident:   rt.stats.resident.Load(),
+		OpenDBs:    rt.stats.openDBs.Load(),
+	}
+}
+
+// Close stops the runtime. New calls fail with ErrClosed at once; calls
+// still queued for an object fail with ErrClosed when their turn comes.
+// Close waits for the turns already running (including those inside Await)
+// to finish and commit, then closes every database. A private temporary
+// directory is removed.
+func (rt *Runtime) Close() error {
+	rt.mu.Lock()
+	if rt.closed {
+		rt.mu.Unlock()
+		return nil
+	}
+	rt.closed = true
+	rt.isClosed.Store(true)
+	rt.mu.Unlock()
+
+	close(rt.stop)
+	<-rt.done
+	rt.calls.Wait()
+
+	var errs []error
+	for _, ns := range rt.snapshotNamespaces() {
+		for _, o := range ns.snapshot() {
+			if o.tryEvict(true) {
+				errs = append(errs, o.closeStore())
+			}
+		}
+		ns.waitClosing()
+	}
+	if rt.ownDir {
+		errs = append(errs, os.RemoveAll(rt.dir))
+	}
+	return errors.Join(errs...)
+}
+
+// enter registers a call in flight; it fails once the runtime is closed.
+func (rt *Runtime) enter() error {
+	rt.mu.RLock()
+	defer rt.mu.RUnlock()
+	if rt.closed {
+		return ErrClosed
+	}
+	rt.calls.Add(1)
+	return nil
+}
+
+func (rt *Runtime) leave() { rt.calls.Done() }
+
+func (rt *Runtime) snapshotNamespaces() []*namespace {
+	rt.mu.RLock()
+	defer rt.mu.RUnlock()
+	out := make([]*namespace, 0, len(rt.namespaces))
+	for _, ns := range rt.namespaces {
+		out = append(out, ns)
+	}
+	return out
+}
+
+// janitor evicts idle objects. It is owned by the runtime: Close stops it
+// and waits for it.
+func (rt *Runtime) janitor() {
+	defer close(rt.done)
+	every := rt.opts.IdleTimeout / 4
+	every = min(max(every, time.Millisecond), time.Second)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-rt.stop:
+			return
+		case now := <-t.C:
+			rt.evictIdle(now)
+		}
+	}
+}
+
+// evictIdle evicts every object idle for IdleTimeout.
+func (rt *Runtime) evictIdle(now time.Time) {
+	for _, ns := range rt.snapshotNamespaces() {
+		for _, o := range ns.snapshot() {
+			if o.idleSince(now) >= rt.opts.IdleTimeout && o.tryEvict(false) {
+				o.closeStore()
+			}
+		}
+	}
+}
+
+// shed evicts the least recently used idle objects while more than
+// MaxOpenObjects databases are open.
+func (rt *Runtime) shed() {
+	over := rt.stats.openDBs.Load() - int64(rt.opts.MaxOpenObjects)
+	if over <= 0 {
+		return
+	}
+	type cand struct {
+		o    *object
+		idle time.Duration
+	}
+	now := time.Now()
+	var cands []cand
+	for _, ns := range rt.snapshotNamespaces() {
+		for _, o := range ns.snapshot() {
+			if o.hasStore.Load() {
+				cands = append(cands, cand{o, o.idleSince(now)})
+			}
+		}
+	}
+	sort.Slice(cands, func(i, j int) bool { return cands[i].idle > cands[j].idle })
+	for _, c := range cands {
+		if over <= 0 {
+			return
+		}
+		if c.o.tryEvict(false) {
+			c.o.closeStore()
+			over--
+		}
+	}
+}
+
+// background returns a context for runtime-internal work.
+func (rt *Runtime) background() context.Context { return context.Background() }

@@ -1,0 +1,56 @@
+package core
+
+import (
+	"context"
+	"time"
+)
+
+// State is an object's view of the runtime, handed to its constructor: its
+// identity, its storage, Await, and (see alarm.go) its alarm. Keep it in the
+// object; it stays valid for the object's whole life in memory.
+type State struct {
+	o       *object
+	storage Storage
+}
+
+// Name returns the object's name (available in every turn, alarms included).
+func (st *State) Name() string { return st.o.name }
+
+// ID returns the object's id, the hex of a hash of namespace and name.
+func (st *State) ID() string { return st.o.id }
+
+// Namespace returns the object's namespace name.
+func (st *State) Namespace() string { return st.o.ns.name }
+
+// Storage returns the object's storage.
+func (st *State) Storage() *Storage {
+	st.storage.o = st.o
+	return &st.storage
+}
+
+// Await runs fn with the object's input gate open. The turn so far is
+// committed durably first; while fn runs other calls to the object may run
+// their turns; when fn returns, the turn waits for the gate again behind the
+// calls queued before it and goes on. ctx must be the turn's context.
+//
+// This is where interleaving happens: a value read before Await may be
+// stale after it (SEMANTICS C2). If the turn fails after Await, only the
+// part after Await is rolled back.
+func (st *State) Await(ctx context.Context, fn func(ctx context.Context) error) error {
+	return st.o.await(ctx, fn)
+}
+
+// Sleep waits for d with the input gate open, like Await. It returns early
+// with ctx's error if ctx is done.
+func (st *State) Sleep(ctx context.Context, d time.Duration) error {
+	return st.Await(ctx, func(ctx context.Context) error {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+}
