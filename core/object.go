@@ -47,7 +47,8 @@ type object struct {
 	cur     *turnCtx // the turn running now, nil between turns
 	store   *store
 	batch   *batch // open group-commit batch, nil when nothing is uncommitted
-	spOpen  bool   // the current turn segment has a savepoint
+	spOpen  bool   // the current turn segment has a savepoint (or owns the transaction)
+	spIsTx  bool   // the segment opened the batch: its "savepoint" is the transaction itself
 	txDepth int    // nested Storage.Transaction depth
 	reads   atomic.Int64
 	writes  atomic.Int64
@@ -64,8 +65,9 @@ type waiter struct {
 type batch struct {
 	done  chan struct{} // closed when the commit is over
 	err   error         // the commit's error, set before done is closed
-	turns int
-	dirty bool // something was written
+	turns    int
+	dirty    bool // something was written
+	initMeta bool // the batch created the runtime's tables
 }
 
 func newObject(ns *namespace, name, id string) *object {
@@ -294,8 +296,25 @@ func (o *object) endSegment(failed bool) error {
 		return nil
 	}
 	o.spOpen = false
-	if o.batch != nil {
-		o.batch.turns++
+	b := o.batch
+	b.turns++
+	if o.spIsTx {
+		// The segment opened the batch: nothing else is in it, so there is
+		// no savepoint to pay for; a failure rolls back the transaction.
+		o.spIsTx = false
+		if !failed {
+			return nil
+		}
+		o.batch = nil
+		if b.initMeta {
+			o.store.fresh = true
+		}
+		err := o.store.execInternal("ROLLBACK")
+		close(b.done)
+		if err != nil {
+			return o.poison(err)
+		}
+		return nil
 	}
 	var err error
 	if failed {
@@ -364,7 +383,7 @@ func (o *object) poison(cause error) error {
 		b.err = err
 		close(b.done)
 	}
-	o.spOpen, o.txDepth = false, 0
+	o.spOpen, o.spIsTx, o.txDepth = false, false, 0
 	if o.store != nil {
 		o.store.close()
 		o.store = nil

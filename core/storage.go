@@ -65,6 +65,7 @@ func (s *Storage) begin() (*store, error) {
 			return nil, o.poison(err)
 		}
 		o.batch = &batch{done: make(chan struct{})}
+		o.spOpen, o.spIsTx = true, true
 		if st.fresh {
 			err := st.execInternal(`CREATE TABLE IF NOT EXISTS _durable_meta(k TEXT PRIMARY KEY, v ANY) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS _durable_kv(key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID`)
@@ -75,7 +76,7 @@ CREATE TABLE IF NOT EXISTS _durable_kv(key TEXT PRIMARY KEY, value BLOB NOT NULL
 				return nil, o.poison(err)
 			}
 			st.fresh = false
-			o.batch.dirty = true
+			o.batch.dirty, o.batch.initMeta = true, true
 		}
 	}
 	if !o.spOpen {
