@@ -33,7 +33,7 @@ func (s *Storage) Get(key string) ([]byte, bool, error) {
 	}
 	st.internal = true
 	defer func() { st.internal = false }()
-	stmt, err := st.stmt("SELECT value FROM _durable_kv WHERE key = ?")
+	stmt, err := st.ownStmt("SELECT value FROM _durable_kv WHERE key = ?")
 	if err != nil {
 		return nil, false, fmt.Errorf("core: kv get: %w", err)
 	}
@@ -97,7 +97,7 @@ func (s *Storage) List(prefix string, limit int) ([]Entry, error) {
 	}
 	st.internal = true
 	defer func() { st.internal = false }()
-	stmt, err := st.stmt("SELECT key, value FROM _durable_kv WHERE key >= ? ORDER BY key")
+	stmt, err := st.ownStmt("SELECT key, value FROM _durable_kv WHERE key >= ? ORDER BY key")
 	if err != nil {
 		return nil, fmt.Errorf("core: kv list: %w", err)
 	}

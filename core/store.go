@@ -19,7 +19,8 @@ const maxCachedStmts = 256
 type store struct {
 	db       *sql.DB
 	conn     *sql.Conn
-	stmts    map[string]*sql.Stmt
+	stmts    map[string]*sql.Stmt // user statements
+	own      map[string]*sql.Stmt // the runtime's statements, kept apart so user SQL never reuses one
 	internal bool   // the runtime's own statement is running: authorize all
 	denied   string // why the authorizer refused the last user statement
 	fresh    bool   // the runtime's tables do not exist yet
@@ -35,7 +36,7 @@ func openStore(path, synchronous string) (*store, error) {
 	}
 	db.SetMaxOpenConns(1)
 	db.SetMaxIdleConns(1)
-	s := &store{db: db, stmts: make(map[string]*sql.Stmt)}
+	s := &store{db: db, stmts: make(map[string]*sql.Stmt), own: make(map[string]*sql.Stmt)}
 	ctx := context.Background()
 	if s.conn, err = db.Conn(ctx); err != nil {
 		db.Close()
@@ -64,7 +65,10 @@ func (s *store) close() error {
 	for _, st := range s.stmts {
 		st.Close()
 	}
-	s.stmts = nil
+	for _, st := range s.own {
+		st.Close()
+	}
+	s.stmts, s.own = nil, nil
 	err := s.conn.Close()
 	if cerr := s.db.Close(); err == nil {
 		err = cerr
@@ -72,23 +76,32 @@ func (s *store) close() error {
 	return err
 }
 
-// stmt returns the prepared statement for query, preparing it once.
+// stmt returns the prepared user statement for query, preparing it once.
 func (s *store) stmt(query string) (*sql.Stmt, error) {
-	if st, ok := s.stmts[query]; ok {
+	return s.prepare(s.stmts, query)
+}
+
+// ownStmt returns the prepared runtime statement for query.
+func (s *store) ownStmt(query string) (*sql.Stmt, error) {
+	return s.prepare(s.own, query)
+}
+
+func (s *store) prepare(cache map[string]*sql.Stmt, query string) (*sql.Stmt, error) {
+	if st, ok := cache[query]; ok {
 		return st, nil
 	}
 	st, err := s.conn.PrepareContext(context.Background(), query)
 	if err != nil {
 		return nil, err
 	}
-	if len(s.stmts) >= maxCachedStmts {
-		for q, old := range s.stmts { // drop one at random
+	if len(cache) >= maxCachedStmts {
+		for q, old := range cache { // drop one at random
 			old.Close()
-			delete(s.stmts, q)
+			delete(cache, q)
 			break
 		}
 	}
-	s.stmts[query] = st
+	cache[query] = st
 	return st, nil
 }
 
@@ -101,23 +114,28 @@ func (s *store) execInternal(query string, args ...any) error {
 func (s *store) execInternalResult(query string, args ...any) (sql.Result, error) {
 	s.internal = true
 	defer func() { s.internal = false }()
-	st, err := s.stmt(query)
+	st, err := s.ownStmt(query)
 	if err != nil {
 		return nil, err
 	}
 	return st.Exec(args...)
 }
 
-// readOnlyPragmas may be read (never set) by user SQL.
-var readOnlyPragmas = map[string]bool{
-	"table_info": true, "table_xinfo": true, "table_list": true, "index_list": true,
-	"index_info": true, "index_xinfo": true, "foreign_key_list": true,
-	"foreign_key_check": true, "integrity_check": true, "quick_check": true,
-	"page_count": true, "page_size": true, "freelist_count": true,
-	"user_version": true, "schema_version": true, "data_version": true,
-	"compile_options": true, "function_list": true, "pragma_list": true,
-	"collation_list": true,
-}
+// Pragmas user SQL may use: the first set only reads whatever its argument
+// names; the second may only be read (with an argument they would set).
+var (
+	inspectPragmas = map[string]bool{
+		"table_info": true, "table_xinfo": true, "table_list": true, "index_list": true,
+		"index_info": true, "index_xinfo": true, "foreign_key_list": true,
+		"foreign_key_check": true, "integrity_check": true, "quick_check": true,
+	}
+	readPragmas = map[string]bool{
+		"page_count": true, "page_size": true, "freelist_count": true,
+		"user_version": true, "schema_version": true, "data_version": true,
+		"compile_options": true, "function_list": true, "pragma_list": true,
+		"collation_list": true,
+	}
+)
 
 // authorize is SQLite's authorizer for user statements: transaction control,
 // attached databases, pragmas that change settings and writes to the
@@ -136,7 +154,7 @@ func (s *store) authorize(action sqlite.AuthorizerActionCode, arg1, arg2, _, _ s
 	case sqlite.AuthAttach, sqlite.AuthDetach:
 		return deny("ATTACH and DETACH are not available: an object owns one database")
 	case sqlite.AuthPragma:
-		if arg2 == "" && readOnlyPragmas[strings.ToLower(arg1)] {
+		if p := strings.ToLower(arg1); inspectPragmas[p] || arg2 == "" && readPragmas[p] {
 			return sqlite.AuthorizerOK
 		}
 		return deny(fmt.Sprintf("PRAGMA %s is not available: the runtime owns the database's settings", arg1))
