@@ -63,8 +63,8 @@ type waiter struct {
 
 // batch is a group commit: the turns whose writes share one transaction.
 type batch struct {
-	done  chan struct{} // closed when the commit is over
-	err   error         // the commit's error, set before done is closed
+	done     chan struct{} // closed when the commit is over
+	err      error         // the commit's error, set before done is closed
 	turns    int
 	dirty    bool // something was written
 	initMeta bool // the batch created the runtime's tables

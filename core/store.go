@@ -21,9 +21,9 @@ type store struct {
 	conn     *sql.Conn
 	stmts    map[string]*sql.Stmt // user statements
 	own      map[string]*sql.Stmt // the runtime's statements, kept apart so user SQL never reuses one
-	internal bool   // the runtime's own statement is running: authorize all
-	denied   string // why the authorizer refused the last user statement
-	fresh    bool   // the runtime's tables do not exist yet
+	internal bool                 // the runtime's own statement is running: authorize all
+	denied   string               // why the authorizer refused the last user statement
+	fresh    bool                 // the runtime's tables do not exist yet
 }
 
 // openStore opens (creating if needed) the database at path.
