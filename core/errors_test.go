@@ -135,7 +135,7 @@ func TestGet_Names(t *testing.T) {
 	}
 	var files []string
 	require.NoError(t, filepath.WalkDir(filepath.Dir(dir), func(p string, d os.DirEntry, err error) error {
-		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".sqlite") {
+		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".sqlite") && p != filepath.Join(dir, "_runtime.sqlite") {
 			files = append(files, p)
 		}
 		return err

@@ -22,6 +22,8 @@ type namespace struct {
 	name string
 	dir  string
 	ctor func(*State) (any, error)
+	// alarms: the object type implements Alarmer.
+	alarms bool
 
 	mu      sync.Mutex               // protects objects and closing
 	objects map[string]*object       // resident objects by name
@@ -43,7 +45,10 @@ func Register[T any](rt *Runtime, name string, ctor func(*State) (T, error)) (*N
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("core: register %s: %w", name, err)
 	}
+	var zero T
+	_, alarms := any(zero).(Alarmer)
 	ns := &namespace{
+		alarms:  alarms,
 		rt:      rt,
 		name:    name,
 		dir:     dir,
@@ -60,6 +65,7 @@ func Register[T any](rt *Runtime, name string, ctor func(*State) (T, error)) (*N
 		return nil, fmt.Errorf("core: namespace %q already registered", name)
 	}
 	rt.namespaces[name] = ns
+	rt.sched.unpark(name)
 	return &Namespace[T]{ns: ns}, nil
 }
 

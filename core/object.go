@@ -52,6 +52,10 @@ type object struct {
 	txDepth int    // nested Storage.Transaction depth
 	reads   atomic.Int64
 	writes  atomic.Int64
+
+	segAlarm   *alarmChange // alarm change in the current segment
+	batchAlarm *alarmChange // alarm change in the open batch
+	alarmRun   *alarmRun    // an Alarm run in progress
 }
 
 type waiter struct {
@@ -292,6 +296,12 @@ func (o *object) invoke(ctx context.Context, fn func(context.Context, any) error
 // batch on success, rolled back on failure.
 func (o *object) endSegment(failed bool) error {
 	o.txDepth = 0
+	if c := o.segAlarm; c != nil {
+		o.segAlarm = nil
+		if !failed {
+			o.batchAlarm = c
+		}
+	}
 	if !o.spOpen {
 		return nil
 	}
@@ -306,6 +316,7 @@ func (o *object) endSegment(failed bool) error {
 			return nil
 		}
 		o.batch = nil
+		o.batchAlarm = nil
 		if b.initMeta {
 			o.store.fresh = true
 		}
@@ -355,21 +366,32 @@ func (b *batch) wait() error {
 	return b.err
 }
 
-// commit makes the open batch durable and releases every turn waiting for it.
+// commit makes the open batch durable and releases every turn waiting for
+// it. If the batch changed the alarm, the runtime's index learns of it
+// before the commit, and the scheduler after it.
 func (o *object) commit() error {
-	b := o.batch
-	o.batch = nil
-	err := o.store.execInternal("COMMIT")
+	b, alarm := o.batch, o.batchAlarm
+	var err error
+	if alarm != nil && !alarm.del {
+		err = o.rt.sched.ensureIndexed(o.ns.name, o.id, o.name, alarm.at)
+	}
+	if err == nil {
+		err = o.store.execInternal("COMMIT")
+	}
+	o.batch, o.batchAlarm = nil, nil
 	if err != nil {
-		err = o.poison(err)
-	} else if b.dirty {
+		b.err = o.poison(err)
+		close(b.done)
+		return b.err
+	}
+	if b.dirty {
 		o.rt.stats.commits.Add(1)
 	}
-	if err != nil {
-		b.err = fmt.Errorf("%w: %v", ErrCommitFailed, err)
+	if alarm != nil {
+		o.rt.sched.committed(o.ns.name, o.id, o.name, alarm)
 	}
 	close(b.done)
-	return b.err
+	return nil
 }
 
 // poison handles a failure of the runtime's own transaction statements: the
@@ -384,6 +406,7 @@ func (o *object) poison(cause error) error {
 		close(b.done)
 	}
 	o.spOpen, o.spIsTx, o.txDepth = false, false, 0
+	o.segAlarm, o.batchAlarm = nil, nil
 	if o.store != nil {
 		o.store.close()
 		o.store = nil
@@ -461,6 +484,3 @@ func turnOf(ctx context.Context) *object {
 	}
 	return tc.o
 }
-
-// afterDeleteAll lets the alarm machinery follow a DeleteAll.
-func (o *object) afterDeleteAll(keepAlarm bool) error { return nil }

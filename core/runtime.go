@@ -44,6 +44,23 @@ type Options struct {
 
 	// Logger receives the runtime's structured records (default slog.Default()).
 	Logger *slog.Logger
+
+	// AlarmRetry says when a failed alarm runs again (default: the original
+	// runtime's 2 s doubling, 6 retries, up to 25% jitter).
+	AlarmRetry RetryPolicy
+
+	// AlarmTimeout is the wall-time limit of one alarm run (default 15
+	// min). The run's context is cancelled then, and a run that overstays
+	// counts as failed.
+	AlarmTimeout time.Duration
+
+	// AlarmConcurrency bounds the alarms running at once (default 64).
+	AlarmConcurrency int
+
+	// OnAlarmDropped is called after an alarm that ran out of retries was
+	// written to the dead-letter table. The default logs a structured
+	// record with event=alarm_dropped at level ERROR.
+	OnAlarmDropped func(DeadLetter)
 }
 
 func (o *Options) withDefaults() error {
@@ -69,6 +86,13 @@ func (o *Options) withDefaults() error {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	o.AlarmRetry = o.AlarmRetry.withDefaults()
+	if o.AlarmTimeout <= 0 {
+		o.AlarmTimeout = 15 * time.Minute
+	}
+	if o.AlarmConcurrency <= 0 {
+		o.AlarmConcurrency = 64
+	}
 	return nil
 }
 
@@ -92,6 +116,7 @@ type Runtime struct {
 
 	isClosed atomic.Bool
 	stats    runtimeStats
+	sched    *scheduler
 }
 
 type runtimeStats struct {
@@ -107,6 +132,7 @@ type Stats struct {
 	Evictions  int64 // objects evicted from memory
 	Resident   int64 // objects in memory now
 	OpenDBs    int64 // object databases open now
+	Alarms     int64 // alarms pending in the scheduler
 }
 
 // Open starts a runtime over opts.Dir.
@@ -137,6 +163,17 @@ func Open(opts Options) (*Runtime, error) {
 		}
 		rt.dir = d
 	}
+	if rt.opts.OnAlarmDropped == nil {
+		rt.opts.OnAlarmDropped = rt.logDropped
+	}
+	sched, err := newScheduler(rt)
+	if err != nil {
+		if rt.ownDir {
+			os.RemoveAll(rt.dir)
+		}
+		return nil, fmt.Errorf("core: open: %w", err)
+	}
+	rt.sched = sched
 	go rt.janitor()
 	return rt, nil
 }
@@ -153,6 +190,7 @@ func (rt *Runtime) Stats() Stats {
 		Evictions:  rt.stats.evictions.Load(),
 		Resident:   rt.stats.resident.Load(),
 		OpenDBs:    rt.stats.openDBs.Load(),
+		Alarms:     int64(rt.sched.pending()),
 	}
 }
 
@@ -173,9 +211,13 @@ func (rt *Runtime) Close() error {
 
 	close(rt.stop)
 	<-rt.done
+	var errs []error
+	rt.calls.Wait()
+	// Fires started before Close hold calls too; stop the scheduler after
+	// them so that their retries are recorded.
+	errs = append(errs, rt.sched.closeLoop())
 	rt.calls.Wait()
 
-	var errs []error
 	for _, ns := range rt.snapshotNamespaces() {
 		for _, o := range ns.snapshot() {
 			if o.tryEvict(true) {
@@ -184,6 +226,7 @@ func (rt *Runtime) Close() error {
 		}
 		ns.waitClosing()
 	}
+	errs = append(errs, rt.sched.closeIndex())
 	if rt.ownDir {
 		errs = append(errs, os.RemoveAll(rt.dir))
 	}

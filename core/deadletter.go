@@ -1,0 +1,106 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// DeadLetter records an alarm that failed on every run its RetryPolicy
+// allowed. The original runtime drops such an alarm silently; this runtime
+// writes it durably to the runtime's dead-letter table, reports it to
+// Options.OnAlarmDropped, and can arm it again (Runtime.Rearm).
+type DeadLetter struct {
+	Seq       int64     // the record's number
+	Namespace string    // the object's namespace
+	Name      string    // the object's name
+	ObjectID  string    // the object's id
+	Scheduled time.Time // when the alarm was first due
+	Attempts  int       // runs made
+	LastError string    // the last run's error
+	Dropped   time.Time // when it was given up
+}
+
+// logDropped is the default OnAlarmDropped hook: one structured record.
+func (rt *Runtime) logDropped(dl DeadLetter) {
+	rt.log.Error("alarm dropped after its last retry",
+		"event", "alarm_dropped",
+		"seq", dl.Seq,
+		"namespace", dl.Namespace,
+		"name", dl.Name,
+		"scheduled", dl.Scheduled,
+		"attempts", dl.Attempts,
+		"error", dl.LastError,
+	)
+}
+
+// DeadLetters lists the dead-letter table, oldest first.
+func (rt *Runtime) DeadLetters() ([]DeadLetter, error) {
+	if rt.isClosed.Load() {
+		return nil, ErrClosed
+	}
+	ix := rt.sched.ix
+	if err := ix.do(ixOp{}, true); err != nil { // see our own writes
+		return nil, err
+	}
+	ix.connMu.Lock()
+	defer ix.connMu.Unlock()
+	rows, err := ix.conn.QueryContext(context.Background(),
+		"SELECT seq, ns, name, id, scheduled, attempts, last_error, dropped FROM dead_letters ORDER BY seq")
+	if err != nil {
+		return nil, fmt.Errorf("core: dead letters: %w", err)
+	}
+	defer rows.Close()
+	var out []DeadLetter
+	for rows.Next() {
+		var dl DeadLetter
+		var sched, dropped int64
+		if err := rows.Scan(&dl.Seq, &dl.Namespace, &dl.Name, &dl.ObjectID, &sched, &dl.Attempts, &dl.LastError, &dropped); err != nil {
+			return nil, fmt.Errorf("core: dead letters: %w", err)
+		}
+		dl.Scheduled, dl.Dropped = time.Unix(0, sched), time.Unix(0, dropped)
+		out = append(out, dl)
+	}
+	return out, rows.Err()
+}
+
+// Rearm sets the alarm of the dead letter's object to at (its retry count
+// starts again from zero) and removes the record. The object's namespace
+// must be registered. If the object has since set another alarm, Rearm
+// replaces it.
+func (rt *Runtime) Rearm(ctx context.Context, seq int64, at time.Time) error {
+	dls, err := rt.DeadLetters()
+	if err != nil {
+		return err
+	}
+	var dl *DeadLetter
+	for i := range dls {
+		if dls[i].Seq == seq {
+			dl = &dls[i]
+		}
+	}
+	if dl == nil {
+		return fmt.Errorf("core: rearm: no dead letter %d", seq)
+	}
+	rt.mu.RLock()
+	n := rt.namespaces[dl.Namespace]
+	rt.mu.RUnlock()
+	if n == nil {
+		return fmt.Errorf("core: rearm: namespace %q is not registered", dl.Namespace)
+	}
+	if err := rt.enter(); err != nil {
+		return err
+	}
+	defer rt.leave()
+	for {
+		o := n.object(dl.Name, dl.ObjectID)
+		err = o.run(ctx, func(context.Context, any) error { return o.state.SetAlarm(at) })
+		if err != errEvicted {
+			break
+		}
+	}
+	if err != nil {
+		return &Error{Op: "rearm", Namespace: dl.Namespace, Name: dl.Name, Err: err}
+	}
+	return rt.sched.ix.do(ixOp{kind: ixUndead, seq: seq}, true)
+}

@@ -1,0 +1,489 @@
+package core
+
+import (
+	"container/heap"
+	"context"
+	"database/sql"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+// scheduler fires alarms. It keeps one entry per object with a pending
+// alarm, in a timer heap, and mirrors them in the runtime's index database
+// so that they survive a restart.
+//
+// The object's own storage is the truth; the index only says when to look.
+// Before an object commits an alarm, the index is made to hold that time or
+// an earlier one, durably: a crash can leave an early or spurious entry
+// (which fires, finds nothing due, and is rescheduled or dropped) but never
+// lose an alarm.
+type scheduler struct {
+	rt *Runtime
+	ix *index
+
+	mu     sync.Mutex // protects h, byKey, parked
+	h      entryHeap
+	byKey  map[alarmKey]*entry
+	parked map[string][]*entry // due entries of namespaces not registered yet
+
+	wake chan struct{} // a new earliest entry, or a namespace registered
+	sem  chan struct{} // bounds concurrent fires
+	stop chan struct{}
+	done chan struct{}
+	wg   sync.WaitGroup // fires in flight
+}
+
+type alarmKey struct{ ns, id string }
+
+// entry is one object's pending alarm as the scheduler knows it.
+type entry struct {
+	at      int64 // when to look (unix ns)
+	indexAt int64 // what the index holds (0: no row)
+	idx     int   // position in the heap, -1 when not in it
+	faults  int   // consecutive runtime faults while firing
+	ns, id  string
+	name    string
+}
+
+type entryHeap []*entry
+
+func (h entryHeap) Len() int           { return len(h) }
+func (h entryHeap) Less(i, j int) bool { return h[i].at < h[j].at }
+func (h entryHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i]; h[i].idx = i; h[j].idx = j }
+func (h *entryHeap) Push(x any)        { e := x.(*entry); e.idx = len(*h); *h = append(*h, e) }
+func (h *entryHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	e.idx = -1
+	return e
+}
+
+func newScheduler(rt *Runtime) (*scheduler, error) {
+	ix, err := openIndex(filepath.Join(rt.dir, "_runtime.sqlite"))
+	if err != nil {
+		return nil, err
+	}
+	s := &scheduler{
+		rt:     rt,
+		ix:     ix,
+		byKey:  make(map[alarmKey]*entry),
+		parked: make(map[string][]*entry),
+		wake:   make(chan struct{}, 1),
+		sem:    make(chan struct{}, rt.opts.AlarmConcurrency),
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+	err = ix.load(func(ns, id, name string, at int64) {
+		e := &entry{at: at, indexAt: at, ns: ns, id: id, name: name, idx: -1}
+		s.byKey[alarmKey{ns, id}] = e
+		heap.Push(&s.h, e)
+	})
+	if err != nil {
+		ix.close()
+		return nil, err
+	}
+	go s.loop()
+	return s, nil
+}
+
+func (s *scheduler) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// schedule makes the scheduler look at the object at time at.
+func (s *scheduler) schedule(ns, id, name string, at int64) {
+	s.mu.Lock()
+	e := s.byKey[alarmKey{ns, id}]
+	if e == nil {
+		e = &entry{ns: ns, id: id, name: name, idx: -1}
+		s.byKey[alarmKey{ns, id}] = e
+	}
+	e.at = at
+	if e.idx >= 0 {
+		heap.Fix(&s.h, e.idx)
+	} else {
+		heap.Push(&s.h, e)
+	}
+	first := s.h[0] == e
+	s.mu.Unlock()
+	if first {
+		s.poke()
+	}
+}
+
+// ensureIndexed makes sure, durably, that the index will look at the
+// object no later than at. It is called before the object commits.
+func (s *scheduler) ensureIndexed(ns, id, name string, at int64) error {
+	s.mu.Lock()
+	e := s.byKey[alarmKey{ns, id}]
+	if e != nil && e.indexAt != 0 && e.indexAt <= at {
+		s.mu.Unlock()
+		return nil
+	}
+	s.mu.Unlock()
+	if err := s.ix.do(ixOp{kind: ixUpsert, ns: ns, id: id, name: name, at: at}, true); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	e = s.byKey[alarmKey{ns, id}]
+	if e == nil {
+		e = &entry{ns: ns, id: id, name: name, idx: -1, at: at}
+		s.byKey[alarmKey{ns, id}] = e
+	}
+	e.indexAt = at
+	s.mu.Unlock()
+	return nil
+}
+
+// committed applies an object's committed alarm change.
+func (s *scheduler) committed(ns, id, name string, c *alarmChange) {
+	if c.del {
+		s.mu.Lock()
+		e := s.byKey[alarmKey{ns, id}]
+		if e != nil {
+			if e.idx >= 0 {
+				heap.Remove(&s.h, e.idx)
+			}
+			delete(s.byKey, alarmKey{ns, id})
+		}
+		s.mu.Unlock()
+		if e != nil && e.indexAt != 0 {
+			_ = s.ix.do(ixOp{kind: ixDelete, ns: ns, id: id}, false)
+		}
+		return
+	}
+	s.schedule(ns, id, name, c.at)
+	s.mu.Lock()
+	e := s.byKey[alarmKey{ns, id}]
+	lazy := e.indexAt != c.at
+	e.indexAt = c.at
+	s.mu.Unlock()
+	if lazy { // index is already early enough; make it exact when convenient
+		_ = s.ix.do(ixOp{kind: ixUpsert, ns: ns, id: id, name: name, at: c.at}, false)
+	}
+}
+
+// pending returns the number of alarms the scheduler is waiting for.
+func (s *scheduler) pending() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.h)
+}
+
+// unpark re-queues the due entries of a namespace just registered.
+func (s *scheduler) unpark(ns string) {
+	s.mu.Lock()
+	es := s.parked[ns]
+	delete(s.parked, ns)
+	for _, e := range es {
+		if e.idx < 0 {
+			heap.Push(&s.h, e)
+		}
+	}
+	s.mu.Unlock()
+	if len(es) > 0 {
+		s.poke()
+	}
+}
+
+// loop pops due entries and fires them. It is owned by the scheduler:
+// close stops it and waits for it and for the fires it started.
+func (s *scheduler) loop() {
+	defer close(s.done)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	flush := time.NewTicker(200 * time.Millisecond)
+	defer flush.Stop()
+	for {
+		s.mu.Lock()
+		now := time.Now().UnixNano()
+		var due []*entry
+		for len(s.h) > 0 && s.h[0].at <= now {
+			due = append(due, heap.Pop(&s.h).(*entry))
+		}
+		wait := time.Duration(-1)
+		if len(s.h) > 0 {
+			wait = time.Duration(s.h[0].at - now)
+		}
+		s.mu.Unlock()
+
+		for _, e := range due {
+			select {
+			case s.sem <- struct{}{}:
+			case <-s.stop:
+				return
+			}
+			s.wg.Add(1)
+			go s.fire(e.ns, e.id, e.name)
+		}
+		if len(due) > 0 {
+			continue
+		}
+		timer.Stop()
+		var tc <-chan time.Time
+		if wait >= 0 {
+			timer.Reset(wait)
+			tc = timer.C
+		}
+		select {
+		case <-s.stop:
+			return
+		case <-s.wake:
+		case <-tc:
+		case <-flush.C:
+			if s.ix.hasPending() {
+				_ = s.ix.do(ixOp{}, true)
+			}
+		}
+	}
+}
+
+// fire delivers one due alarm.
+func (s *scheduler) fire(ns, id, name string) {
+	defer s.wg.Done()
+	defer func() { <-s.sem }()
+	rt := s.rt
+	if rt.enter() != nil {
+		return
+	}
+	defer rt.leave()
+	rt.mu.RLock()
+	n := rt.namespaces[ns]
+	rt.mu.RUnlock()
+	if n == nil {
+		s.mu.Lock()
+		if e := s.byKey[alarmKey{ns, id}]; e != nil && e.idx < 0 {
+			s.parked[ns] = append(s.parked[ns], e)
+		}
+		s.mu.Unlock()
+		return
+	}
+	var err error
+	for {
+		o := n.object(name, id)
+		_, err = o.runAlarm(context.Background())
+		if err != errEvicted {
+			break
+		}
+	}
+	s.mu.Lock()
+	e := s.byKey[alarmKey{ns, id}]
+	if e != nil {
+		if err == nil {
+			e.faults = 0
+		} else {
+			e.faults++
+		}
+	}
+	s.mu.Unlock()
+	if err != nil && err != ErrClosed && e != nil {
+		// The runtime could not run the alarm or record its fate (the
+		// constructor failed, a commit failed): the stored alarm is
+		// untouched, so look again later.
+		d := rt.opts.AlarmRetry.Delay(min(e.faults, 10))
+		rt.log.Warn("alarm could not run", "event", "alarm_fault", "namespace", ns, "name", name, "retry_in", d, "error", err)
+		s.schedule(ns, id, name, time.Now().Add(d).UnixNano())
+	}
+}
+
+// closeLoop stops the loop and waits for the fires in flight.
+func (s *scheduler) closeLoop() error {
+	close(s.stop)
+	<-s.done
+	s.wg.Wait()
+	return nil
+}
+
+// closeIndex writes what is pending and closes the index.
+func (s *scheduler) closeIndex() error {
+	err := s.ix.do(ixOp{}, true)
+	if cerr := s.ix.close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// index is the runtime's own database: where alarms are due, and the
+// dead letters. Writes are group-committed: a durable write waits for a
+// commit that may carry many others.
+type index struct {
+	db   *sql.DB
+	conn *sql.Conn
+
+	mu       sync.Mutex // protects cur and flushing
+	cur      *ixBatch   // ops waiting for the next commit
+	flushing bool       // a leader is committing
+
+	connMu sync.Mutex // serializes use of conn
+}
+
+type ixKind int
+
+const (
+	ixNone ixKind = iota
+	ixUpsert
+	ixDelete
+	ixDead
+	ixUndead
+)
+
+type ixOp struct {
+	kind   ixKind
+	ns, id string
+	name   string
+	at     int64
+	dl     *DeadLetter
+	seq    int64
+}
+
+type ixBatch struct {
+	ops  []ixOp
+	done chan struct{}
+	err  error
+}
+
+func openIndex(path string) (*index, error) {
+	u := url.URL{Scheme: "file", Path: path}
+	db, err := sql.Open("sqlite", u.String()+"?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(10000)")
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(1)
+	conn, err := db.Conn(context.Background())
+	if err == nil {
+		_, err = conn.ExecContext(context.Background(), `
+CREATE TABLE IF NOT EXISTS alarms(ns TEXT NOT NULL, id TEXT NOT NULL, name TEXT NOT NULL, at INTEGER NOT NULL, PRIMARY KEY(ns, id)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS dead_letters(seq INTEGER PRIMARY KEY AUTOINCREMENT, ns TEXT NOT NULL, name TEXT NOT NULL,
+  id TEXT NOT NULL, scheduled INTEGER NOT NULL, attempts INTEGER NOT NULL, last_error TEXT NOT NULL, dropped INTEGER NOT NULL)`)
+	}
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("core: open runtime index: %w", err)
+	}
+	return &index{db: db, conn: conn}, nil
+}
+
+func (ix *index) close() error {
+	ix.connMu.Lock()
+	defer ix.connMu.Unlock()
+	err := ix.conn.Close()
+	if cerr := ix.db.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func (ix *index) load(fn func(ns, id, name string, at int64)) error {
+	ix.connMu.Lock()
+	defer ix.connMu.Unlock()
+	rows, err := ix.conn.QueryContext(context.Background(), "SELECT ns, id, name, at FROM alarms")
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var ns, id, name string
+		var at int64
+		if err := rows.Scan(&ns, &id, &name, &at); err != nil {
+			return err
+		}
+		fn(ns, id, name, at)
+	}
+	return rows.Err()
+}
+
+func (ix *index) hasPending() bool {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	return ix.cur != nil
+}
+
+// do queues op (ixNone: nothing, just flush). With wait, it returns once
+// op is durable; without, op is written with the next commit.
+func (ix *index) do(op ixOp, wait bool) error { return ix.doOp(op, wait) }
+
+func (ix *index) doOp(op ixOp, wait bool) error {
+	ix.mu.Lock()
+	if ix.cur == nil {
+		ix.cur = &ixBatch{done: make(chan struct{})}
+	}
+	b := ix.cur
+	if op.kind != ixNone {
+		b.ops = append(b.ops, op)
+	}
+	if !wait {
+		ix.mu.Unlock()
+		return nil
+	}
+	if ix.flushing { // the leader will commit our batch after its own
+		ix.mu.Unlock()
+		<-b.done
+		return b.err
+	}
+	ix.flushing = true
+	for ix.cur != nil {
+		cb := ix.cur
+		ix.cur = nil
+		ix.mu.Unlock()
+		cb.err = ix.write(cb.ops)
+		close(cb.done)
+		ix.mu.Lock()
+	}
+	ix.flushing = false
+	ix.mu.Unlock()
+	return b.err
+}
+
+func (ix *index) write(ops []ixOp) (err error) {
+	ix.connMu.Lock()
+	defer ix.connMu.Unlock()
+	ctx := context.Background()
+	tx, err := ix.conn.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("core: runtime index: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			tx.Rollback()
+		}
+	}()
+	for i := range ops {
+		op := &ops[i]
+		switch op.kind {
+		case ixUpsert:
+			_, err = tx.ExecContext(ctx, "INSERT INTO alarms(ns, id, name, at) VALUES (?, ?, ?, ?) ON CONFLICT(ns, id) DO UPDATE SET at = excluded.at", op.ns, op.id, op.name, op.at)
+		case ixDelete:
+			_, err = tx.ExecContext(ctx, "DELETE FROM alarms WHERE ns = ? AND id = ?", op.ns, op.id)
+		case ixDead:
+			dl := op.dl
+			err = tx.QueryRowContext(ctx, "INSERT INTO dead_letters(ns, name, id, scheduled, attempts, last_error, dropped) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING seq",
+				dl.Namespace, dl.Name, dl.ObjectID, dl.Scheduled.UnixNano(), dl.Attempts, dl.LastError, dl.Dropped.UnixNano()).Scan(&dl.Seq)
+		case ixUndead:
+			_, err = tx.ExecContext(ctx, "DELETE FROM dead_letters WHERE seq = ?", op.seq)
+		}
+		if err != nil {
+			return fmt.Errorf("core: runtime index: %w", err)
+		}
+	}
+	if err = tx.Commit(); err != nil {
+		return fmt.Errorf("core: runtime index: %w", err)
+	}
+	return nil
+}
+
+// addDeadLetter writes dl durably and returns its sequence number.
+func (ix *index) addDeadLetter(dl DeadLetter) (int64, error) {
+	d := dl
+	if err := ix.do(ixOp{kind: ixDead, dl: &d}, true); err != nil {
+		return 0, err
+	}
+	return d.Seq, nil
+}
