@@ -117,6 +117,16 @@ type Runtime struct {
 	isClosed atomic.Bool
 	stats    runtimeStats
 	sched    *scheduler
+
+	templateOnce  sync.Once
+	templateBytes []byte
+	templateErr   error
+}
+
+// template returns the bytes of an empty object database, built once.
+func (rt *Runtime) template() ([]byte, error) {
+	rt.templateOnce.Do(func() { rt.templateBytes, rt.templateErr = buildTemplate(rt.dir) })
+	return rt.templateBytes, rt.templateErr
 }
 
 type runtimeStats struct {

@@ -50,7 +50,7 @@ func (s *Storage) begin() (*store, error) {
 	}
 	if o.store == nil {
 		o.ns.waitClosed(o.id)
-		st, err := openStore(filepath.Join(o.ns.dir, o.id+".sqlite"), o.rt.opts.Synchronous)
+		st, err := openStore(filepath.Join(o.ns.dir, o.id+".sqlite"), o.rt.opts.Synchronous, o.rt.template)
 		if err != nil {
 			return nil, fmt.Errorf("core: open database: %w", err)
 		}
@@ -67,8 +67,7 @@ func (s *Storage) begin() (*store, error) {
 		o.batch = &batch{done: make(chan struct{})}
 		o.spOpen, o.spIsTx = true, true
 		if st.fresh {
-			err := st.execInternal(`CREATE TABLE IF NOT EXISTS _durable_meta(k TEXT PRIMARY KEY, v ANY) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS _durable_kv(key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID`)
+			err := st.execInternal(runtimeSchema)
 			if err == nil {
 				err = st.execInternal(`INSERT OR IGNORE INTO _durable_meta(k, v) VALUES ('namespace', ?), ('name', ?)`, o.ns.name, o.name)
 			}
