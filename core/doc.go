@@ -1,0 +1,85 @@
+// Package core runs durable objects: named, single-threaded actors, each
+// with its own SQLite database, one durable alarm, and a queue of calls.
+//
+// An object is addressed by (namespace, name). The runtime keeps at most one
+// live instance per address and runs its code one turn at a time, in the
+// order the calls arrived. A turn is the code between two points where the
+// object waits for something that is not its own storage: Call runs one,
+// and State.Await (or a call to another object) splits a turn in two.
+//
+//	rt, err := core.Open(core.Options{Dir: "data"})
+//	ns, err := core.Register(rt, "inventory", NewInventory)
+//	stub, err := ns.Get("sku-42")
+//	ok, err := core.Call(ctx, stub, func(ctx context.Context, inv *Inventory) (bool, error) {
+//		return inv.Reserve(3)
+//	})
+//
+// There are only a few types: Runtime hosts Namespaces; a Stub addresses an
+// object; State is the object's view of the runtime (its name, Storage,
+// Await, alarm); Storage is its database, bound to the current turn.
+//
+// # Guarantees
+//
+//   - One instance per address. Same name, same object, across evictions and
+//     restarts (the name is hashed into the database file's name).
+//   - Input gate. A turn runs alone. Storage calls never let another turn in;
+//     only Await (and calls to other objects made with the turn's context)
+//     open the gate, so a read and a write with no Await between them cannot
+//     be interleaved. Values read before an Await may be stale after it.
+//   - Atomic turns. A turn's writes run in a SAVEPOINT: a turn that returns
+//     an error or panics is rolled back and leaves nothing partial. A panic
+//     becomes a *PanicError for the caller; the object keeps serving.
+//   - Output gate and durability. A caller gets its result only after the
+//     commit holding the turn's writes (and any writes the turn read) is
+//     durable: WAL with synchronous=FULL by default. While turns are queued
+//     they share one transaction and one fsync (group commit); an idle
+//     object commits at once.
+//   - Alarms are durable and delivered at least once; see Alarmer and
+//     RetryPolicy. An alarm that runs out of retries goes to a dead-letter
+//     table (Runtime.DeadLetters) instead of vanishing.
+//
+// # Concurrency
+//
+// Runtime, Namespace and Stub are safe for concurrent use. An object's own
+// fields are touched only by its turns, one at a time, so they need no
+// locks. There is no mailbox goroutine: a call runs its turn on the
+// caller's goroutine, and the gate is handed directly from one waiting
+// caller to the next in FIFO order.
+//
+// Each object's queue is bounded (Options.MaxQueue): a call to a full queue
+// fails at once with ErrOverloaded, which IsOverloaded and IsRetryable
+// report; back off before retrying. A context cancelled while the call
+// waits in the queue ends the wait; a turn already running is not
+// interrupted (its code sees the context and may return).
+//
+// # Persistence
+//
+// Each object has its own database at Dir/<namespace>/<id>.sqlite, created
+// on first use of storage. Objects idle for Options.IdleTimeout (10 s) are
+// evicted: the database is closed and the instance dropped; the next event
+// runs the constructor again, as the first turn, with the gate closed. At
+// most Options.MaxOpenObjects databases stay open; past that the least
+// recently used idle objects are evicted early. The runtime's own file,
+// Dir/_runtime.sqlite, holds the alarm index and the dead letters.
+//
+// # Errors
+//
+// Errors from Call are *Error values naming the object. The object's own
+// errors (returned or panicked) are wrapped in *RemoteError (IsRemote);
+// ErrOverloaded and ErrCommitFailed are retryable (IsRetryable); ErrClosed
+// means the runtime is closing. User SQL that would take over the runtime's
+// transactions or files fails with ErrSQLNotAllowed.
+//
+// # Caveats
+//
+//   - Pass the turn's context (the one fn receives) to Await and to calls to
+//     other objects. A call made from inside a turn with some other context
+//     keeps the caller's gate closed, and A -> B -> A then deadlocks.
+//   - Storage used from a goroutine the object started itself fails with
+//     ErrNotInTurn only when no turn is running; do not share State across
+//     goroutines.
+//   - One Runtime per data directory: two processes on one directory break
+//     the one-instance rule.
+//   - If a turn fails after an Await, only the part after the Await is
+//     rolled back: Await commits the turn so far.
+package core
