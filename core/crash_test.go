@@ -30,7 +30,7 @@ import (
 // applied or applied although it was rolled back.
 //
 // TestCrash runs the test binary again as a child (TestCrashChild) that
-// keeps crashWriters goroutines calling crashObjects objects, each turn
+// keeps crashWriters goroutines calling a few objects in turn, each turn
 // inserting a pair of rows (seq in one table, -seq in another) and the child
 // printing "ack <object> <seq>" once the call has returned nil. The parent
 // reads the acks from the pipe and SIGKILLs the child after a chosen number
@@ -42,12 +42,12 @@ import (
 // clock); the seed is logged so that a failure can be replayed.
 
 const (
-	crashChildEnv  = "DURABLE_CRASH_CHILD" // the child's data directory; set only in the child
-	crashIdleEnv   = "DURABLE_CRASH_IDLE"  // the child's Options.IdleTimeout, as a time.Duration
-	crashSeedEnv   = "DURABLE_CRASH_SEED"  // the seed of the "seeded" kill moment
-	crashNamespace = "crash"
-	crashObjects   = 4
-	crashWriters   = 16
+	crashChildEnv   = "DURABLE_CRASH_CHILD"    // the child's data directory; set only in the child
+	crashObjectsEnv = "DURABLE_CRASH_OBJECTS"  // how many objects the child writes to
+	crashMaxOpenEnv = "DURABLE_CRASH_MAX_OPEN" // the child's Options.MaxOpenObjects
+	crashSeedEnv    = "DURABLE_CRASH_SEED"     // the seed of the "seeded" kill moment
+	crashNamespace  = "crash"
+	crashWriters    = 16
 
 	// crashChildLimit bounds the child's life should the parent vanish
 	// without closing the child's stdin.
@@ -134,15 +134,15 @@ func TestCrashChild(t *testing.T) {
 		os.Exit(1)
 	}
 
-	opts := core.Options{Dir: dir}
-	if s := os.Getenv(crashIdleEnv); s != "" {
-		d, err := time.ParseDuration(s)
+	env := func(name string) int {
+		n, err := strconv.Atoi(os.Getenv(name))
 		if err != nil {
-			die("%s: %v", crashIdleEnv, err)
+			die("%s: %v", name, err)
 		}
-		opts.IdleTimeout = d
+		return n
 	}
-	rt, err := core.Open(opts)
+	objects := env(crashObjectsEnv)
+	rt, err := core.Open(core.Options{Dir: dir, MaxOpenObjects: env(crashMaxOpenEnv)})
 	if err != nil {
 		die("open: %v", err)
 	}
@@ -150,18 +150,18 @@ func TestCrashChild(t *testing.T) {
 	if err != nil {
 		die("register: %v", err)
 	}
-	stubs := make([]*core.Stub[*crashLedger], crashObjects)
+	stubs := make([]*core.Stub[*crashLedger], objects)
 	for i := range stubs {
 		if stubs[i], err = ns.Get(crashObjectName(i)); err != nil {
 			die("get: %v", err)
 		}
 	}
 
-	var next atomic.Int64
+	var next, evictions atomic.Int64
 	for w := range crashWriters {
 		go func() {
-			stub := stubs[w%crashObjects]
-			for {
+			for i := 0; ; i++ {
+				stub := stubs[(w+5*i)%objects] // every writer visits every object
 				seq := next.Add(1)
 				planned := seq%10 == 7
 				err := core.Do(context.Background(), stub, func(_ context.Context, l *crashLedger) error {
@@ -176,6 +176,10 @@ func TestCrashChild(t *testing.T) {
 				switch {
 				case !planned && err == nil:
 					say("ack %s %d", stub.Name(), seq)
+					if e := rt.Stats().Evictions; e > evictions.Load() {
+						evictions.Store(e) // a racy maximum is enough for a report
+						say("evictions %d", e)
+					}
 				case planned && errors.Is(err, errCrashPlanned):
 					say("rollback %s %d", stub.Name(), seq)
 				default:
@@ -211,34 +215,41 @@ func TestCrash(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 
 	tests := []struct {
-		name   string
-		killAt int           // acks read before the SIGKILL
-		idle   time.Duration // child's IdleTimeout; 0 for the default
+		name string
+		load crashLoad
 	}{
-		{name: "acks=1", killAt: 1},
-		{name: "acks=50", killAt: 50},
-		{name: "acks=300", killAt: 300},
-		{name: "acks=1000", killAt: 1000},
-		// Objects evicted (databases closed and reopened) while writes go on.
-		{name: "acks=300/evicting", killAt: 300, idle: time.Millisecond},
-		{name: "seeded", killAt: 1 + rng.IntN(1500)},
+		{"acks=1", crashLoad{killAt: 1, objects: 4}},
+		{"acks=50", crashLoad{killAt: 50, objects: 4}},
+		{"acks=300", crashLoad{killAt: 300, objects: 4}},
+		{"acks=1000", crashLoad{killAt: 1000, objects: 4}},
+		{"seeded", crashLoad{killAt: 1 + rng.IntN(1500), objects: 4}},
+		// Many objects over few open databases: objects are evicted (their
+		// databases closed) and reactivated (reopened) all along.
+		{"evicting,acks=500", crashLoad{killAt: 500, objects: 64, maxOpen: 8, wantEvictions: true}},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			crashRun(t, tt.killAt, tt.idle)
-		})
+		t.Run(tt.name, func(t *testing.T) { crashRun(t, tt.load) })
 	}
 }
 
-// crashRun starts a child on a fresh directory, kills it after killAt acks,
-// and checks what survived.
-func crashRun(t *testing.T, killAt int, idle time.Duration) {
+// crashLoad describes one crash: the child's load and the kill moment.
+type crashLoad struct {
+	killAt        int  // acks read before the SIGKILL
+	objects       int  // objects written to
+	maxOpen       int  // the child's Options.MaxOpenObjects; 0 for the default
+	wantEvictions bool // the load is meant to evict objects before the kill
+}
+
+// crashRun starts a child on a fresh directory, kills it after load.killAt
+// acks, and checks what survived.
+func crashRun(t *testing.T, load crashLoad) {
+	killAt := load.killAt
 	dir := t.TempDir()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1", "-test.v=false")
-	cmd.Env = append(os.Environ(), crashChildEnv+"="+dir)
-	if idle > 0 {
-		cmd.Env = append(cmd.Env, crashIdleEnv+"="+idle.String())
-	}
+	cmd.Env = append(os.Environ(),
+		crashChildEnv+"="+dir,
+		crashObjectsEnv+"="+strconv.Itoa(load.objects),
+		crashMaxOpenEnv+"="+strconv.Itoa(load.maxOpen))
 	var stderr bytes.Buffer // written by exec's copier, read only after Wait
 	cmd.Stderr = &stderr
 	stdin, err := cmd.StdinPipe()
@@ -266,7 +277,7 @@ func crashRun(t *testing.T, killAt int, idle time.Duration) {
 	acked := make(map[string][]int64)  // by object
 	rolled := make(map[string][]int64) // by object
 	owner := make(map[int64]string)    // object of every seq reported
-	acks, killedAfter := 0, 0
+	acks, killedAfter, evictions := 0, 0, 0
 	var childFail []string
 	r := bufio.NewReader(stdout)
 	start := time.Now()
@@ -291,6 +302,11 @@ func crashRun(t *testing.T, killAt int, idle time.Duration) {
 				require.NoError(t, cmd.Process.Kill()) // SIGKILL, mid-load
 				killedAfter = acks
 			}
+		case len(f) == 2 && f[0] == "evictions":
+			if killedAfter == 0 { // count only what happened before the kill
+				evictions, err = strconv.Atoi(f[1])
+				require.NoError(t, err, "child line %q", line)
+			}
 		case len(f) > 0 && f[0] == "fail":
 			childFail = append(childFail, strings.TrimSpace(line))
 		}
@@ -311,8 +327,11 @@ func crashRun(t *testing.T, killAt int, idle time.Duration) {
 	for _, s := range rolled {
 		nRolled += len(s)
 	}
-	t.Logf("killed after ack %d (planned %d) at %v; %d acks and %d planned rollbacks read in all",
-		killedAfter, killAt, elapsed.Round(time.Millisecond), acks, nRolled)
+	t.Logf("killed after ack %d (planned %d) at %v, %d evictions before; %d acks and %d planned rollbacks read in all",
+		killedAfter, killAt, elapsed.Round(time.Millisecond), evictions, acks, nRolled)
+	if load.wantEvictions {
+		require.NotZero(t, evictions, "no object was evicted before the kill: this case no longer tests crashes amid evictions")
+	}
 
 	// Restart on the crashed directory, in-process.
 	rt, err := core.Open(core.Options{Dir: dir})
@@ -323,7 +342,7 @@ func crashRun(t *testing.T, killAt int, idle time.Duration) {
 
 	ctx := context.Background()
 	unacked := 0
-	for i := range crashObjects {
+	for i := range load.objects {
 		name := crashObjectName(i)
 		stub, err := ns.Get(name)
 		require.NoError(t, err)
