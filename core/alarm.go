@@ -93,11 +93,11 @@ func (st *State) SetAlarm(t time.Time) error {
 	case !o.ns.alarms:
 		return fmt.Errorf("core: SetAlarm: %s objects do not implement core.Alarmer", o.ns.name)
 	}
-	if err := o.writeAlarm(t.UnixNano(), 0, t.UnixNano()); err != nil {
-		return err
+	at := t.UnixNano()
+	if err := o.putTimer(timerRow{at: at, first: at}); err != nil {
+		return fmt.Errorf("core: SetAlarm: %w", err)
 	}
-	if r := o.alarmRun; r != nil && r.tc == o.cur {
-		at := t.UnixNano()
+	if r := o.alarmRun; r != nil && r.tc == o.cur && r.isAlarm {
 		r.setDuring = &at
 	}
 	return nil
@@ -106,104 +106,44 @@ func (st *State) SetAlarm(t time.Time) error {
 // GetAlarm returns the pending alarm's time, and false if none is set.
 // While Alarm runs, the alarm being run is no longer pending (A13).
 func (st *State) GetAlarm() (time.Time, bool, error) {
-	at, _, _, ok, err := st.o.readAlarm()
+	r, ok, err := st.o.getTimer("", "")
 	if err != nil || !ok {
 		return time.Time{}, false, err
 	}
-	return time.Unix(0, at), true, nil
+	return time.Unix(0, r.at), true, nil
 }
 
 // DeleteAlarm cancels the pending alarm, including a retry waiting to run.
 func (st *State) DeleteAlarm() error {
-	s, err := st.Storage().begin()
-	if err != nil {
-		return err
-	}
-	o := st.o
-	o.batch.dirty = true
-	if err := s.execInternal("DELETE FROM _durable_meta WHERE k IN ('alarm', 'alarm_retry', 'alarm_first')"); err != nil {
-		return fmt.Errorf("core: DeleteAlarm: %w", err)
-	}
-	o.segAlarm = &alarmChange{del: true}
-	return nil
+	_, err := st.o.delTimer("", "")
+	return err
 }
 
-// alarmChange is a change to the object's alarm not yet committed.
+// alarmChange is a change to the object's earliest timer, committed.
 type alarmChange struct {
 	at  int64 // unix ns
-	del bool
+	del bool  // no timer left
 }
 
-// alarmRun is the state of an Alarm run in progress.
+// alarmRun is the state of a run of due timers in progress.
 type alarmRun struct {
-	tc        *turnCtx
-	setDuring *int64        // SetAlarm called by the handler (A14)
+	tc        *turnCtx      // the segment running a handler
+	isAlarm   bool          // it runs the Alarm handler
+	setDuring *int64        // SetAlarm called by the Alarm handler (A14)
 	done      chan struct{} // closed when the run is over
 }
 
-func (o *object) writeAlarm(at int64, retry int, first int64) error {
-	s, err := o.state.Storage().begin()
-	if err != nil {
-		return err
-	}
-	o.batch.dirty = true
-	if err := s.execInternal(`INSERT INTO _durable_meta(k, v) VALUES ('alarm', ?), ('alarm_retry', ?), ('alarm_first', ?)
-ON CONFLICT(k) DO UPDATE SET v = excluded.v`, at, retry, first); err != nil {
-		return fmt.Errorf("core: SetAlarm: %w", err)
-	}
-	o.writes.Add(1)
-	o.segAlarm = &alarmChange{at: at}
-	return nil
-}
-
-// readAlarm returns the stored alarm: its time, its retry count and the
-// time first set for.
-func (o *object) readAlarm() (at int64, retry int, first int64, ok bool, err error) {
-	s, err := o.state.Storage().begin()
-	if err != nil {
-		return 0, 0, 0, false, err
-	}
-	s.internal = true
-	defer func() { s.internal = false }()
-	stmt, err := s.ownStmt(`SELECT
- (SELECT v FROM _durable_meta WHERE k = 'alarm'),
- coalesce((SELECT v FROM _durable_meta WHERE k = 'alarm_retry'), 0),
- (SELECT v FROM _durable_meta WHERE k = 'alarm_first')`)
-	if err != nil {
-		return 0, 0, 0, false, fmt.Errorf("core: GetAlarm: %w", err)
-	}
-	var a, f *int64
-	if err := stmt.QueryRow().Scan(&a, &retry, &f); err != nil {
-		return 0, 0, 0, false, fmt.Errorf("core: GetAlarm: %w", err)
-	}
-	if a == nil {
-		return 0, 0, 0, false, nil
-	}
-	first = *a
-	if f != nil {
-		first = *f
-	}
-	return *a, retry, first, true, nil
-}
-
-// afterDeleteAll records that DeleteAll removed the alarm.
-func (o *object) afterDeleteAll(keepAlarm bool) error {
-	if !keepAlarm {
-		o.segAlarm = &alarmChange{del: true}
-	}
-	return nil
-}
-
-// runAlarm delivers a due alarm to the object as a turn. It returns the
-// dead letter written if the alarm ran out of retries.
-func (o *object) runAlarm(ctx context.Context) (*DeadLetter, error) {
+// runTimers delivers the object's due timers (its alarm, its schedule
+// entries), one after the other, each in turn segments of its own with
+// its own retry state, so that a failing one never delays the others.
+func (o *object) runTimers(ctx context.Context) error {
 	for {
 		if err := o.acquire(ctx, true); err != nil {
-			return nil, err
+			return err
 		}
 		if o.rt.isClosed.Load() {
 			_, _ = o.leave(nil)
-			return nil, ErrClosed
+			return ErrClosed
 		}
 		r := o.alarmRun
 		if r == nil {
@@ -211,110 +151,158 @@ func (o *object) runAlarm(ctx context.Context) (*DeadLetter, error) {
 		}
 		// Another run is inside Await: one run at a time (A9).
 		if _, err := o.leave(nil); err != nil {
-			return nil, err
+			return err
 		}
 		<-r.done
 	}
 	if !o.built {
 		if err := o.construct(ctx); err != nil {
 			wait, cerr := o.leave(nil)
-			return nil, firstErr(err, wait.wait(), cerr)
+			return firstErr(err, wait.wait(), cerr)
 		}
 	}
-	policy := o.rt.opts.AlarmRetry
-	run := alarmRun{done: make(chan struct{})}
-	o.alarmRun = &run
-	defer close(run.done)
+	run := &alarmRun{done: make(chan struct{})}
+	o.alarmRun = run
 	var (
-		ran     bool
-		retry   int
-		first   int64
-		resched int64
-		dropped *DeadLetter
-		started time.Time
+		dropped []DeadLetter
+		errs    []error
+		seen    = map[timerKey]bool{}
+		touched bool
 	)
-	err := o.invoke(ctx, func(ctx context.Context, inst any) error {
-		at, r, f, ok, err := o.readAlarm()
-		if err != nil || !ok {
-			return err // nothing stored: a spurious index entry
-		}
-		now := time.Now()
-		if at > now.UnixNano() {
-			resched = at // set later since this fire was scheduled
-			return nil
-		}
-		// The alarm is no longer pending while it runs (A13).
-		if _, err := o.state.Storage().begin(); err != nil {
+	for {
+		var row timerRow
+		var found bool
+		err := o.invoke(ctx, func(context.Context, any) error {
+			var err error
+			row, found, err = o.dueTimer(time.Now().UnixNano(), seen)
 			return err
-		}
-		if err := o.clearAlarm(); err != nil {
-			return err
-		}
-		ran, retry, first = true, r, f
-		run.tc = ctx.(*turnCtx)
-		info := AlarmInfo{RetryCount: r, IsRetry: r > 0, MaxRetries: policy.MaxRetries, Scheduled: time.Unix(0, f)}
-		hctx, cancel := context.WithTimeout(ctx, o.rt.opts.AlarmTimeout)
-		defer cancel()
-		started = time.Now()
-		herr := inst.(Alarmer).Alarm(hctx, info)
-		if herr == nil && hctx.Err() != nil {
-			herr = fmt.Errorf("core: alarm run took %v, over the limit of %v", time.Since(started).Round(time.Millisecond), o.rt.opts.AlarmTimeout)
-		}
-		return herr
-	})
-	if err != nil && ran {
-		// The run failed and its writes were rolled back: decide what
-		// happens to the alarm, as a turn segment of its own.
-		perr := o.invoke(ctx, func(context.Context, any) error {
-			switch {
-			case run.setDuring != nil: // the handler's new alarm stands (A14)
-				return o.writeAlarm(*run.setDuring, 0, *run.setDuring)
-			case retry < policy.MaxRetries:
-				at := time.Now().Add(policy.Delay(retry + 1)).UnixNano()
-				return o.writeAlarm(at, retry+1, first)
-			default:
-				dl := DeadLetter{
-					Namespace: o.ns.name, Name: o.name, ObjectID: o.id,
-					Scheduled: time.Unix(0, first), Attempts: retry + 1,
-					LastError: remoteCause(err).Error(), Dropped: time.Now(),
-				}
-				seq, derr := o.rt.sched.ix.addDeadLetter(dl)
-				if derr != nil {
-					return derr
-				}
-				dl.Seq = seq
-				dropped = &dl
-				return o.clearAlarm()
-			}
 		})
-		err = perr // the failure is handled once its consequence is recorded
+		if err != nil {
+			errs = append(errs, err)
+			break
+		}
+		if !found {
+			break
+		}
+		touched = true
+		seen[timerKey{row.owner, row.key}] = true
+		dl, err := o.deliver(ctx, run, row)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if dl != nil {
+			dropped = append(dropped, *dl)
+		}
 	}
 	o.alarmRun = nil
-	if resched != 0 {
-		o.rt.sched.schedule(o.ns.name, o.id, o.name, resched)
+	close(run.done)
+	if !touched && len(errs) == 0 {
+		// Nothing was due: the index looked early (or at nothing). Look
+		// again at the earliest timer, if any.
+		_ = o.invoke(ctx, func(context.Context, any) error {
+			next, ok, err := o.nextTimer()
+			if err == nil && ok {
+				o.rt.sched.schedule(o.ns.name, o.id, o.name, next)
+			} else if err == nil {
+				o.rt.sched.committed(o.ns.name, o.id, o.name, &alarmChange{del: true})
+			}
+			return err
+		})
 	}
 	wait, cerr := o.leave(nil)
 	if cerr = firstErr(wait.wait(), cerr); cerr != nil {
-		return nil, cerr
+		return cerr
 	}
-	if dropped != nil {
-		o.rt.opts.OnAlarmDropped(*dropped)
+	for _, dl := range dropped {
+		o.rt.opts.OnAlarmDropped(dl)
 	}
-	return dropped, err
+	return errors.Join(errs...)
 }
 
-// clearAlarm removes the stored alarm inside the current segment.
-func (o *object) clearAlarm() error {
-	s, err := o.state.Storage().begin()
-	if err != nil {
+// deliver runs one due timer's handler and records its fate. It returns
+// an error only if that fate could not be recorded.
+func (o *object) deliver(ctx context.Context, run *alarmRun, row timerRow) (*DeadLetter, error) {
+	policy := o.rt.opts.AlarmRetry
+	isAlarm := row.owner == "" && row.key == ""
+	run.isAlarm, run.setDuring = isAlarm, nil
+	now := time.Now()
+	herr := o.invoke(ctx, func(ctx context.Context, inst any) error {
+		// The timer is no longer pending while it runs (A13); a recurring
+		// one moves on to its next tick (the missed ones fold into one).
+		if row.cron != "" {
+			next, err := nextTick(row.cron, now)
+			if err != nil {
+				return err
+			}
+			if row.retry == 0 && row.missed == MissedSkip {
+				if late, err := nextTick(row.cron, time.Unix(0, row.at)); err == nil && !late.After(now) {
+					return o.putTimer(row.with(next.UnixNano()))
+				}
+			}
+			if err := o.putTimer(row.with(next.UnixNano())); err != nil {
+				return err
+			}
+		} else if _, err := o.delTimer(row.owner, row.key); err != nil {
+			return err
+		}
+		run.tc = ctx.(*turnCtx)
+		info := AlarmInfo{RetryCount: row.retry, IsRetry: row.retry > 0, MaxRetries: policy.MaxRetries, Scheduled: time.Unix(0, row.first)}
+		hctx, cancel := context.WithTimeout(ctx, o.rt.opts.AlarmTimeout)
+		defer cancel()
+		var err error
+		if isAlarm {
+			if h, ok := inst.(Alarmer); ok {
+				err = h.Alarm(hctx, info)
+			} else {
+				err = fmt.Errorf("core: %s objects do not implement core.Alarmer", o.ns.name)
+			}
+		} else {
+			err = o.callTimerHandler(hctx, inst, row, info)
+		}
+		if err == nil && hctx.Err() != nil {
+			err = fmt.Errorf("core: timer run took %v, over the limit of %v", time.Since(now).Round(time.Millisecond), o.rt.opts.AlarmTimeout)
+		}
 		return err
+	})
+	run.tc = nil
+	if herr == nil {
+		return nil, nil
 	}
-	o.batch.dirty = true
-	if err := s.execInternal("DELETE FROM _durable_meta WHERE k IN ('alarm', 'alarm_retry', 'alarm_first')"); err != nil {
+	// The run failed and its writes were rolled back: record what happens
+	// to the timer, as a segment of its own.
+	var dropped *DeadLetter
+	perr := o.invoke(ctx, func(context.Context, any) error {
+		now := time.Now()
+		switch {
+		case isAlarm && run.setDuring != nil: // the handler's new alarm stands (A14)
+			return o.putTimer(timerRow{at: *run.setDuring, first: *run.setDuring})
+		case row.retry < policy.MaxRetries:
+			r := row
+			r.at, r.retry = now.Add(policy.Delay(row.retry+1)).UnixNano(), row.retry+1
+			return o.putTimer(r)
+		}
+		dl := DeadLetter{
+			Namespace: o.ns.name, Name: o.name, ObjectID: o.id, Key: row.key, Kind: row.kind, Payload: row.payload,
+			Scheduled: time.Unix(0, row.first), Attempts: row.retry + 1,
+			LastError: remoteCause(herr).Error(), Dropped: now,
+		}
+		seq, err := o.rt.sched.ix.addDeadLetter(dl)
+		if err != nil {
+			return err
+		}
+		dl.Seq = seq
+		dropped = &dl
+		if row.cron != "" { // a recurring timer goes on with its next tick
+			next, err := nextTick(row.cron, now)
+			if err != nil {
+				return err
+			}
+			return o.putTimer(row.with(next.UnixNano()))
+		}
+		_, err = o.delTimer(row.owner, row.key)
 		return err
-	}
-	o.segAlarm = &alarmChange{del: true}
-	return nil
+	})
+	return dropped, perr
 }
 
 // remoteCause unwraps the runtime's wrapping of a user error.

@@ -15,6 +15,9 @@ type DeadLetter struct {
 	Namespace string    // the object's namespace
 	Name      string    // the object's name
 	ObjectID  string    // the object's id
+	Key       string    // the schedule entry's key; "" for the object's alarm
+	Kind      string    // the schedule entry's kind
+	Payload   []byte    // the schedule entry's payload
 	Scheduled time.Time // when the alarm was first due
 	Attempts  int       // runs made
 	LastError string    // the last run's error
@@ -28,6 +31,7 @@ func (rt *Runtime) logDropped(dl DeadLetter) {
 		"seq", dl.Seq,
 		"namespace", dl.Namespace,
 		"name", dl.Name,
+		"key", dl.Key,
 		"scheduled", dl.Scheduled,
 		"attempts", dl.Attempts,
 		"error", dl.LastError,
@@ -46,7 +50,7 @@ func (rt *Runtime) DeadLetters() ([]DeadLetter, error) {
 	ix.connMu.Lock()
 	defer ix.connMu.Unlock()
 	rows, err := ix.conn.QueryContext(context.Background(),
-		"SELECT seq, ns, name, id, scheduled, attempts, last_error, dropped FROM dead_letters ORDER BY seq")
+		"SELECT seq, ns, name, id, key, kind, payload, scheduled, attempts, last_error, dropped FROM dead_letters ORDER BY seq")
 	if err != nil {
 		return nil, fmt.Errorf("core: dead letters: %w", err)
 	}
@@ -55,7 +59,7 @@ func (rt *Runtime) DeadLetters() ([]DeadLetter, error) {
 	for rows.Next() {
 		var dl DeadLetter
 		var sched, dropped int64
-		if err := rows.Scan(&dl.Seq, &dl.Namespace, &dl.Name, &dl.ObjectID, &sched, &dl.Attempts, &dl.LastError, &dropped); err != nil {
+		if err := rows.Scan(&dl.Seq, &dl.Namespace, &dl.Name, &dl.ObjectID, &dl.Key, &dl.Kind, &dl.Payload, &sched, &dl.Attempts, &dl.LastError, &dropped); err != nil {
 			return nil, fmt.Errorf("core: dead letters: %w", err)
 		}
 		dl.Scheduled, dl.Dropped = time.Unix(0, sched), time.Unix(0, dropped)
@@ -64,10 +68,12 @@ func (rt *Runtime) DeadLetters() ([]DeadLetter, error) {
 	return out, rows.Err()
 }
 
-// Rearm sets the alarm of the dead letter's object to at (its retry count
-// starts again from zero) and removes the record. The object's namespace
-// must be registered. If the object has since set another alarm, Rearm
-// replaces it.
+// Rearm arms the dead letter's timer again at at, its retry count back to
+// zero, and removes the record. For the object's alarm that is SetAlarm(at)
+// (replacing any alarm set since). For a schedule entry that still exists
+// (a recurring one) its next run moves to at; one that is gone comes back
+// as a one-shot entry with its kind and payload. The object's namespace
+// must be registered.
 func (rt *Runtime) Rearm(ctx context.Context, seq int64, at time.Time) error {
 	dls, err := rt.DeadLetters()
 	if err != nil {
@@ -94,7 +100,19 @@ func (rt *Runtime) Rearm(ctx context.Context, seq int64, at time.Time) error {
 	defer rt.leave()
 	for {
 		o := n.object(dl.Name, dl.ObjectID)
-		err = o.run(ctx, func(context.Context, any) error { return o.state.SetAlarm(at) })
+		err = o.run(ctx, func(context.Context, any) error {
+			if dl.Key == "" {
+				return o.state.SetAlarm(at)
+			}
+			row, ok, err := o.getTimer("", dl.Key)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				row = timerRow{key: dl.Key, kind: dl.Kind, payload: dl.Payload}
+			}
+			return o.putTimer(row.with(at.UnixNano()))
+		})
 		if err != errEvicted {
 			break
 		}

@@ -22,8 +22,8 @@ type namespace struct {
 	name string
 	dir  string
 	ctor func(*State) (any, error)
-	// alarms: the object type implements Alarmer.
-	alarms bool
+	// alarms, timers: the object type implements Alarmer, TimerHandler.
+	alarms, timers bool
 
 	mu      sync.Mutex               // protects objects and closing
 	objects map[string]*object       // resident objects by name
@@ -47,8 +47,10 @@ func Register[T any](rt *Runtime, name string, ctor func(*State) (T, error)) (*N
 	}
 	var zero T
 	_, alarms := any(zero).(Alarmer)
+	_, timers := any(zero).(TimerHandler)
 	ns := &namespace{
 		alarms:  alarms,
+		timers:  timers,
 		rt:      rt,
 		name:    name,
 		dir:     dir,

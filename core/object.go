@@ -53,9 +53,9 @@ type object struct {
 	reads   atomic.Int64
 	writes  atomic.Int64
 
-	segAlarm   *alarmChange // alarm change in the current segment
-	batchAlarm *alarmChange // alarm change in the open batch
-	alarmRun   *alarmRun    // an Alarm run in progress
+	segTimers   bool      // the current segment changed a timer
+	batchTimers bool      // the open batch changed a timer
+	alarmRun    *alarmRun // a run of due timers in progress
 }
 
 type waiter struct {
@@ -296,10 +296,10 @@ func (o *object) invoke(ctx context.Context, fn func(context.Context, any) error
 // batch on success, rolled back on failure.
 func (o *object) endSegment(failed bool) error {
 	o.txDepth = 0
-	if c := o.segAlarm; c != nil {
-		o.segAlarm = nil
+	if o.segTimers {
+		o.segTimers = false
 		if !failed {
-			o.batchAlarm = c
+			o.batchTimers = true
 		}
 	}
 	if !o.spOpen {
@@ -316,7 +316,7 @@ func (o *object) endSegment(failed bool) error {
 			return nil
 		}
 		o.batch = nil
-		o.batchAlarm = nil
+		o.batchTimers = false
 		if b.initMeta {
 			o.store.fresh = true
 		}
@@ -370,15 +370,23 @@ func (b *batch) wait() error {
 // it. If the batch changed the alarm, the runtime's index learns of it
 // before the commit, and the scheduler after it.
 func (o *object) commit() error {
-	b, alarm := o.batch, o.batchAlarm
+	b := o.batch
+	var alarm *alarmChange
 	var err error
-	if alarm != nil && !alarm.del {
-		err = o.rt.sched.ensureIndexed(o.ns.name, o.id, o.name, alarm.at)
+	if o.batchTimers {
+		var next int64
+		var ok bool
+		if next, ok, err = o.nextTimerInBatch(); err == nil {
+			alarm = &alarmChange{at: next, del: !ok}
+			if ok {
+				err = o.rt.sched.ensureIndexed(o.ns.name, o.id, o.name, next)
+			}
+		}
 	}
 	if err == nil {
 		err = o.store.execInternal("COMMIT")
 	}
-	o.batch, o.batchAlarm = nil, nil
+	o.batch, o.batchTimers = nil, false
 	if err != nil {
 		b.err = o.poison(err)
 		close(b.done)
@@ -406,7 +414,7 @@ func (o *object) poison(cause error) error {
 		close(b.done)
 	}
 	o.spOpen, o.spIsTx, o.txDepth = false, false, 0
-	o.segAlarm, o.batchAlarm = nil, nil
+	o.segTimers, o.batchTimers = false, false
 	if o.store != nil {
 		o.store.close()
 		o.store = nil

@@ -269,7 +269,7 @@ func (s *scheduler) fire(ns, id, name string) {
 	var err error
 	for {
 		o := n.object(name, id)
-		_, err = o.runAlarm(context.Background())
+		err = o.runTimers(context.Background())
 		if err != errEvicted {
 			break
 		}
@@ -362,7 +362,8 @@ func openIndex(path string) (*index, error) {
 		_, err = conn.ExecContext(context.Background(), `
 CREATE TABLE IF NOT EXISTS alarms(ns TEXT NOT NULL, id TEXT NOT NULL, name TEXT NOT NULL, at INTEGER NOT NULL, PRIMARY KEY(ns, id)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS dead_letters(seq INTEGER PRIMARY KEY AUTOINCREMENT, ns TEXT NOT NULL, name TEXT NOT NULL,
-  id TEXT NOT NULL, scheduled INTEGER NOT NULL, attempts INTEGER NOT NULL, last_error TEXT NOT NULL, dropped INTEGER NOT NULL)`)
+  id TEXT NOT NULL, key TEXT NOT NULL, kind TEXT NOT NULL, payload BLOB,
+  scheduled INTEGER NOT NULL, attempts INTEGER NOT NULL, last_error TEXT NOT NULL, dropped INTEGER NOT NULL)`)
 	}
 	if err != nil {
 		db.Close()
@@ -464,8 +465,8 @@ func (ix *index) write(ops []ixOp) (err error) {
 			_, err = tx.ExecContext(ctx, "DELETE FROM alarms WHERE ns = ? AND id = ?", op.ns, op.id)
 		case ixDead:
 			dl := op.dl
-			err = tx.QueryRowContext(ctx, "INSERT INTO dead_letters(ns, name, id, scheduled, attempts, last_error, dropped) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING seq",
-				dl.Namespace, dl.Name, dl.ObjectID, dl.Scheduled.UnixNano(), dl.Attempts, dl.LastError, dl.Dropped.UnixNano()).Scan(&dl.Seq)
+			err = tx.QueryRowContext(ctx, "INSERT INTO dead_letters(ns, name, id, key, kind, payload, scheduled, attempts, last_error, dropped) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
+				dl.Namespace, dl.Name, dl.ObjectID, dl.Key, dl.Kind, dl.Payload, dl.Scheduled.UnixNano(), dl.Attempts, dl.LastError, dl.Dropped.UnixNano()).Scan(&dl.Seq)
 		case ixUndead:
 			_, err = tx.ExecContext(ctx, "DELETE FROM dead_letters WHERE seq = ?", op.seq)
 		}

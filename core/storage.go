@@ -232,10 +232,15 @@ func (s *Storage) deleteAll(keepAlarm bool) error {
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("core: delete all: %w", err)
 	}
-	drops = append(drops, "CREATE TABLE _durable_kv(key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID")
-	if !keepAlarm {
-		drops = append(drops, "DELETE FROM _durable_meta WHERE k LIKE 'alarm%'")
+	var alarm []timerRow
+	if keepAlarm {
+		if r, ok, err := s.o.getTimer("", ""); err != nil {
+			return fmt.Errorf("core: delete all: %w", err)
+		} else if ok {
+			alarm = append(alarm, r)
+		}
 	}
+	drops = append(drops, runtimeSchema)
 	for _, q := range drops {
 		st.internal = true
 		_, err := st.conn.ExecContext(s.o.rt.background(), q)
@@ -244,11 +249,17 @@ func (s *Storage) deleteAll(keepAlarm bool) error {
 			return fmt.Errorf("core: delete all: %w", err)
 		}
 	}
+	s.o.segTimers = true
+	for _, r := range alarm {
+		if err := s.o.putTimer(r); err != nil {
+			return fmt.Errorf("core: delete all: %w", err)
+		}
+	}
 	for q, stmt := range st.stmts { // statements may name dropped tables
 		stmt.Close()
 		delete(st.stmts, q)
 	}
-	return s.o.afterDeleteAll(keepAlarm)
+	return nil
 }
 
 func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }

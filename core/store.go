@@ -32,7 +32,8 @@ type store struct {
 
 // runtimeSchema is the runtime's own tables in every object database.
 const runtimeSchema = `CREATE TABLE IF NOT EXISTS _durable_meta(k TEXT PRIMARY KEY, v ANY) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS _durable_kv(key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID`
+CREATE TABLE IF NOT EXISTS _durable_kv(key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;
+` + timersSchema
 
 // buildTemplate returns the bytes of an empty object database: WAL mode
 // and the runtime's tables. New objects start as a copy of it, which costs

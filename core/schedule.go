@@ -1,0 +1,117 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+type contextT = context.Context
+
+// The schedule: many timers over the object's one alarm.
+//
+// An object that implements TimerHandler can keep any number of named
+// timers (one-shot at a time, after a delay, or recurring by a cron
+// expression). They are stored in its own database; the runtime's alarm
+// for the object always points at the earliest of them and at the object's
+// own alarm (SEMANTICS A1, A17, F5). Each timer is delivered at least once
+// with the same retry rules as the alarm (RetryPolicy, dead letters), and
+// keeps its own retry state: a failing timer never delays another.
+
+// Timer is one entry of an object's schedule.
+type Timer struct {
+	Key     string    // the entry's name, unique in the object
+	Kind    string    // free text for the handler to dispatch on
+	Payload []byte    // free data for the handler
+	At      time.Time // when it is (or was) due
+	Cron    string    // the cron spec of a recurring entry, "" for a one-shot one
+	Missed  Missed    // what a recurring entry does about ticks missed while down
+}
+
+// Missed says what a recurring timer does when the runtime was down (or the
+// object busy) over one or more of its ticks. Never a flood: at most one
+// run is made for all the ticks missed.
+type Missed int
+
+const (
+	// MissedFireOnce runs once for all missed ticks, then goes on from now.
+	MissedFireOnce Missed = iota
+	// MissedSkip drops missed ticks and waits for the next one.
+	MissedSkip
+)
+
+// TimerHandler is implemented by objects that keep a schedule. OnTimer runs
+// as a turn when an entry is due; a recurring entry is never run twice at
+// once (all of an object's timers run one at a time, A9). Write it to be
+// safe to run twice: delivery is at least once.
+type TimerHandler interface {
+	OnTimer(ctx context.Context, t Timer, info AlarmInfo) error
+}
+
+func (st *State) checkTimerKey(key string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("core: schedule: empty key")
+	case len(key) > MaxKeyLen:
+		return fmt.Errorf("%w: schedule key of %d bytes (limit %d)", ErrTooLarge, len(key), MaxKeyLen)
+	case !st.o.ns.timers:
+		return fmt.Errorf("core: schedule: %s objects do not implement core.TimerHandler", st.o.ns.name)
+	}
+	return nil
+}
+
+// ScheduleAt sets the one-shot timer key to fire at t, replacing any timer
+// of that key. It is part of the turn.
+func (st *State) ScheduleAt(key string, t time.Time, kind string, payload []byte) error {
+	if err := st.checkTimerKey(key); err != nil {
+		return err
+	}
+	if t.IsZero() || t.After(maxAlarmTime) {
+		return fmt.Errorf("core: schedule %q: time %v out of range", key, t)
+	}
+	at := t.UnixNano()
+	return st.o.putTimer(timerRow{key: key, at: at, first: at, kind: kind, payload: payload})
+}
+
+// ScheduleAfter sets the one-shot timer key to fire after d.
+func (st *State) ScheduleAfter(key string, d time.Duration, kind string, payload []byte) error {
+	return st.ScheduleAt(key, time.Now().Add(d), kind, payload)
+}
+
+// ScheduleCron sets the recurring timer key to fire at each tick of spec, a
+// standard five-field cron expression ("*/5 * * * *") or a descriptor such
+// as "@hourly" or "@every 10s", in local time.
+func (st *State) ScheduleCron(key, spec, kind string, payload []byte, missed Missed) error {
+	if err := st.checkTimerKey(key); err != nil {
+		return err
+	}
+	next, err := nextTick(spec, time.Now())
+	if err != nil {
+		return err
+	}
+	at := next.UnixNano()
+	return st.o.putTimer(timerRow{key: key, at: at, first: at, kind: kind, payload: payload, cron: spec, missed: missed})
+}
+
+// CancelSchedule removes the timer key (a pending retry included) and
+// reports whether there was one.
+func (st *State) CancelSchedule(key string) (bool, error) {
+	if key == "" {
+		return false, fmt.Errorf("core: schedule: empty key")
+	}
+	return st.o.delTimer("", key)
+}
+
+// Schedules lists the object's schedule, soonest first. The alarm is not
+// in it (see GetAlarm).
+func (st *State) Schedules() ([]Timer, error) {
+	rows, err := st.o.queryTimers("SELECT "+timerCols+" FROM _durable_timers WHERE owner = '' AND key <> '' ORDER BY at, key")
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Timer, len(rows))
+	for i, r := range rows {
+		out[i] = Timer{Key: r.key, Kind: r.kind, Payload: r.payload, At: time.Unix(0, r.at), Cron: r.cron, Missed: r.missed}
+	}
+	return out, nil
+}
