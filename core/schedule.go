@@ -105,7 +105,7 @@ func (st *State) CancelSchedule(key string) (bool, error) {
 // Schedules lists the object's schedule, soonest first. The alarm is not
 // in it (see GetAlarm).
 func (st *State) Schedules() ([]Timer, error) {
-	rows, err := st.o.queryTimers("SELECT "+timerCols+" FROM _durable_timers WHERE owner = '' AND key <> '' ORDER BY at, key")
+	rows, err := st.o.queryTimers("SELECT " + timerCols + " FROM _durable_timers WHERE owner = '' AND key <> '' ORDER BY at, key")
 	if err != nil {
 		return nil, err
 	}
