@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // A Namespace is a class of objects sharing one constructor, like a Durable
@@ -225,4 +226,44 @@ func (ns *namespace) snapshot() []*object {
 		out = append(out, o)
 	}
 	return out
+}
+
+// TriggerAlarm runs the object's pending alarm now, as if it were due, and
+// reports whether there was one; timers already due run too. It is meant
+// for tests (and operators): without it a test would have to wait for the
+// alarm's time, or run inside a testing/synctest bubble (see package
+// coretest). The run is the same as a scheduled one: retries and dead
+// letters follow if it fails.
+func (s *Stub[T]) TriggerAlarm(ctx context.Context) (bool, error) {
+	rt := s.ns.rt
+	if err := rt.enter(); err != nil {
+		return false, err
+	}
+	defer rt.leave()
+	var had bool
+	for {
+		o := s.ns.object(s.name, s.id)
+		err := o.run(ctx, func(context.Context, any) error {
+			r, ok, err := o.getTimer("", "")
+			if err != nil || !ok {
+				return err
+			}
+			had = true
+			r.at = min(r.at, time.Now().UnixNano())
+			return o.putTimer(r)
+		})
+		if err == errEvicted {
+			continue
+		}
+		if err == nil && had {
+			err = o.runTimers(ctx)
+		}
+		if err == errEvicted {
+			continue
+		}
+		if err != nil {
+			return had, &Error{Op: "trigger alarm", Namespace: s.ns.name, Name: s.name, Err: err}
+		}
+		return had, nil
+	}
 }
