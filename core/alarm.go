@@ -174,7 +174,7 @@ func (o *object) runTimers(ctx context.Context) error {
 		var found bool
 		err := o.invoke(ctx, func(context.Context, any) error {
 			var err error
-			row, found, err = o.dueTimer(time.Now().UnixNano(), seen)
+			row, found, err = o.dueTimer(o.rt.now().UnixNano(), seen)
 			return err
 		})
 		if err != nil {
@@ -225,7 +225,7 @@ func (o *object) deliver(ctx context.Context, run *alarmRun, row timerRow) (*Dea
 	policy := o.rt.opts.AlarmRetry
 	isAlarm := row.owner == "" && row.key == ""
 	run.isAlarm, run.setDuring = isAlarm, nil
-	now := time.Now()
+	now := o.rt.now()
 	herr := o.invoke(ctx, func(ctx context.Context, inst any) error {
 		// The timer is no longer pending while it runs (A13); a recurring
 		// one moves on to its next tick (the missed ones fold into one).
@@ -272,7 +272,7 @@ func (o *object) deliver(ctx context.Context, run *alarmRun, row timerRow) (*Dea
 	// to the timer, as a segment of its own.
 	var dropped *DeadLetter
 	perr := o.invoke(ctx, func(context.Context, any) error {
-		now := time.Now()
+		now := o.rt.now()
 		switch {
 		case isAlarm && run.setDuring != nil: // the handler's new alarm stands (A14)
 			return o.putTimer(timerRow{at: *run.setDuring, first: *run.setDuring})

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
-	"time"
 )
 
 // A Namespace is a class of objects sharing one constructor, like a Durable
@@ -249,7 +248,7 @@ func (s *Stub[T]) TriggerAlarm(ctx context.Context) (bool, error) {
 				return err
 			}
 			had = true
-			r.at = min(r.at, time.Now().UnixNano())
+			r.at = min(r.at, rt.now().UnixNano())
 			return o.putTimer(r)
 		})
 		if err == errEvicted {

@@ -75,7 +75,7 @@ func (st *State) ScheduleAt(key string, t time.Time, kind string, payload []byte
 
 // ScheduleAfter sets the one-shot timer key to fire after d.
 func (st *State) ScheduleAfter(key string, d time.Duration, kind string, payload []byte) error {
-	return st.ScheduleAt(key, time.Now().Add(d), kind, payload)
+	return st.ScheduleAt(key, st.o.rt.now().Add(d), kind, payload)
 }
 
 // ScheduleCron sets the recurring timer key to fire at each tick of spec, a
@@ -85,7 +85,7 @@ func (st *State) ScheduleCron(key, spec, kind string, payload []byte, missed Mis
 	if err := st.checkTimerKey(key); err != nil {
 		return err
 	}
-	next, err := nextTick(spec, time.Now())
+	next, err := nextTick(spec, st.o.rt.now())
 	if err != nil {
 		return err
 	}

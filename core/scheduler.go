@@ -204,7 +204,7 @@ func (s *scheduler) loop() {
 	defer flush.Stop()
 	for {
 		s.mu.Lock()
-		now := time.Now().UnixNano()
+		now := s.rt.now().UnixNano()
 		var due []*entry
 		for len(s.h) > 0 && s.h[0].at <= now {
 			due = append(due, heap.Pop(&s.h).(*entry))
@@ -290,7 +290,7 @@ func (s *scheduler) fire(ns, id, name string) {
 		// untouched, so look again later.
 		d := rt.opts.AlarmRetry.Delay(min(e.faults, 10))
 		rt.log.Warn("alarm could not run", "event", "alarm_fault", "namespace", ns, "name", name, "retry_in", d, "error", err)
-		s.schedule(ns, id, name, time.Now().Add(d).UnixNano())
+		s.schedule(ns, id, name, rt.now().Add(d).UnixNano())
 	}
 }
 
