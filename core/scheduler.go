@@ -87,6 +87,8 @@ func newScheduler(rt *Runtime) (*scheduler, error) {
 		ix.close()
 		return nil, err
 	}
+	s.wg.Add(1)
+	go s.flusher()
 	go s.loop()
 	return s, nil
 }
@@ -200,8 +202,10 @@ func (s *scheduler) loop() {
 	defer close(s.done)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	flush := time.NewTicker(200 * time.Millisecond)
-	defer flush.Stop()
+	// The loop re-reads the clock at least this often, so that a shift
+	// of Options.Now is noticed.
+	recheck := time.NewTicker(200 * time.Millisecond)
+	defer recheck.Stop()
 	for {
 		s.mu.Lock()
 		now := s.rt.now().UnixNano()
@@ -238,9 +242,26 @@ func (s *scheduler) loop() {
 			return
 		case <-s.wake:
 		case <-tc:
-		case <-flush.C:
+		case <-recheck.C:
+		}
+	}
+}
+
+// flusher writes the index's lazy changes (deletions, exact times) in the
+// background, so that the loop never waits for the disk.
+func (s *scheduler) flusher() {
+	defer s.wg.Done()
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
 			if s.ix.hasPending() {
-				_ = s.ix.do(ixOp{}, true)
+				if err := s.ix.do(ixOp{}, true); err != nil {
+					s.rt.log.Warn("alarm index write failed", "event", "index_fault", "error", err)
+				}
 			}
 		}
 	}
@@ -322,7 +343,16 @@ type index struct {
 	cur      *ixBatch   // ops waiting for the next commit
 	flushing bool       // a leader is committing
 
-	connMu sync.Mutex // serializes use of conn
+	connMu sync.Mutex // serializes use of conn and stmts
+	stmts  map[ixKind]*sql.Stmt
+}
+
+var ixQueries = map[ixKind]string{
+	ixUpsert: "INSERT INTO alarms(ns, id, name, at) VALUES (?, ?, ?, ?) ON CONFLICT(ns, id) DO UPDATE SET at = excluded.at",
+	ixDelete: "DELETE FROM alarms WHERE ns = ? AND id = ?",
+	ixDead: "INSERT INTO dead_letters(ns, name, id, key, kind, payload, scheduled, attempts, last_error, dropped) " +
+		"VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
+	ixUndead: "DELETE FROM dead_letters WHERE seq = ?",
 }
 
 type ixKind int
@@ -365,16 +395,26 @@ CREATE TABLE IF NOT EXISTS dead_letters(seq INTEGER PRIMARY KEY AUTOINCREMENT, n
   id TEXT NOT NULL, key TEXT NOT NULL, kind TEXT NOT NULL, payload BLOB,
   scheduled INTEGER NOT NULL, attempts INTEGER NOT NULL, last_error TEXT NOT NULL, dropped INTEGER NOT NULL)`)
 	}
+	ix := &index{db: db, conn: conn, stmts: make(map[ixKind]*sql.Stmt)}
+	for k, q := range ixQueries {
+		if err != nil {
+			break
+		}
+		ix.stmts[k], err = conn.PrepareContext(context.Background(), q)
+	}
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("core: open runtime index: %w", err)
 	}
-	return &index{db: db, conn: conn}, nil
+	return ix, nil
 }
 
 func (ix *index) close() error {
 	ix.connMu.Lock()
 	defer ix.connMu.Unlock()
+	for _, st := range ix.stmts {
+		st.Close()
+	}
 	err := ix.conn.Close()
 	if cerr := ix.db.Close(); err == nil {
 		err = cerr
@@ -458,17 +498,21 @@ func (ix *index) write(ops []ixOp) (err error) {
 	}()
 	for i := range ops {
 		op := &ops[i]
+		if op.kind == ixNone {
+			continue
+		}
+		st := tx.StmtContext(ctx, ix.stmts[op.kind])
 		switch op.kind {
 		case ixUpsert:
-			_, err = tx.ExecContext(ctx, "INSERT INTO alarms(ns, id, name, at) VALUES (?, ?, ?, ?) ON CONFLICT(ns, id) DO UPDATE SET at = excluded.at", op.ns, op.id, op.name, op.at)
+			_, err = st.ExecContext(ctx, op.ns, op.id, op.name, op.at)
 		case ixDelete:
-			_, err = tx.ExecContext(ctx, "DELETE FROM alarms WHERE ns = ? AND id = ?", op.ns, op.id)
+			_, err = st.ExecContext(ctx, op.ns, op.id)
 		case ixDead:
 			dl := op.dl
-			err = tx.QueryRowContext(ctx, "INSERT INTO dead_letters(ns, name, id, key, kind, payload, scheduled, attempts, last_error, dropped) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
-				dl.Namespace, dl.Name, dl.ObjectID, dl.Key, dl.Kind, dl.Payload, dl.Scheduled.UnixNano(), dl.Attempts, dl.LastError, dl.Dropped.UnixNano()).Scan(&dl.Seq)
+			err = st.QueryRowContext(ctx, dl.Namespace, dl.Name, dl.ObjectID, dl.Key, dl.Kind, dl.Payload,
+				dl.Scheduled.UnixNano(), dl.Attempts, dl.LastError, dl.Dropped.UnixNano()).Scan(&dl.Seq)
 		case ixUndead:
-			_, err = tx.ExecContext(ctx, "DELETE FROM dead_letters WHERE seq = ?", op.seq)
+			_, err = st.ExecContext(ctx, op.seq)
 		}
 		if err != nil {
 			return fmt.Errorf("core: runtime index: %w", err)

@@ -1,0 +1,236 @@
+package bench
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/durable-go/durable/core"
+)
+
+// firer is an object whose alarm does one storage write.
+type firer struct {
+	st   *core.State
+	done func(late time.Duration)
+}
+
+func (f *firer) Alarm(_ context.Context, info core.AlarmInfo) error {
+	late := time.Since(info.Scheduled)
+	if _, err := f.st.Storage().Exec("INSERT INTO fired(at) VALUES (?)", time.Now().UnixNano()); err != nil {
+		return err
+	}
+	if f.done != nil {
+		f.done(late)
+	}
+	return nil
+}
+
+func registerFirers(b *testing.B, rt *core.Runtime, done func(time.Duration)) *core.Namespace[*firer] {
+	b.Helper()
+	ns, err := core.Register(rt, "firers", func(st *core.State) (*firer, error) {
+		_, err := st.Storage().Exec("CREATE TABLE IF NOT EXISTS fired(at INTEGER NOT NULL)")
+		return &firer{st: st, done: done}, err
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return ns
+}
+
+// armAll sets the alarm of objects o0..o(n-1) with 64 callers; at gives
+// each object's time.
+func armAll(b *testing.B, ns *core.Namespace[*firer], n int, at func(i int) time.Time) {
+	b.Helper()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for range 64 {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				s, err := ns.Get(fmt.Sprint("o", i))
+				if err == nil {
+					err = core.Do(context.Background(), s, func(_ context.Context, f *firer) error { return f.st.SetAlarm(at(i)) })
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkAlarmFire measures alarms fired per second: 10,000 objects,
+// each with one due alarm whose handler does one durable storage write.
+//
+// The alarms are armed for an hour ahead by one runtime, which is closed;
+// a second runtime over the same directory is opened with its alarm clock
+// (Options.Now) two hours ahead, so every alarm is due at once, on
+// evicted objects. The time measured runs from the namespace's
+// registration (which releases the due alarms) to the last handler's
+// return: activation, the handler's turn, its commit.
+func BenchmarkAlarmFire(b *testing.B) {
+	const objects = 10_000
+	for b.Loop() {
+		b.StopTimer()
+		dir := b.TempDir()
+		rt, err := core.Open(core.Options{Dir: dir})
+		if err != nil {
+			b.Fatal(err)
+		}
+		later := time.Now().Add(time.Hour)
+		armAll(b, registerFirers(b, rt, nil), objects, func(int) time.Time { return later })
+		if err := rt.Close(); err != nil {
+			b.Fatal(err)
+		}
+		rt, err = core.Open(core.Options{Dir: dir, Now: func() time.Time { return time.Now().Add(2 * time.Hour) }})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var fired atomic.Int64
+		all := make(chan struct{})
+		b.StartTimer()
+		start := time.Now()
+		registerFirers(b, rt, func(time.Duration) {
+			if fired.Add(1) == objects {
+				close(all)
+			}
+		})
+		<-all
+		elapsed := time.Since(start)
+		b.StopTimer()
+		b.ReportMetric(objects/elapsed.Seconds(), "fires/s")
+		if err := rt.Close(); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+}
+
+// BenchmarkAlarmLateness measures scheduling precision under no other
+// load: 1,000 alarms due over 2 s, and the p50 and p99 of (time the
+// handler starts - time the alarm was due).
+func BenchmarkAlarmLateness(b *testing.B) {
+	const alarms = 1000
+	for b.Loop() {
+		b.StopTimer()
+		rt, err := core.Open(core.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var mu sync.Mutex
+		lates := make([]time.Duration, 0, alarms)
+		all := make(chan struct{})
+		ns := registerFirers(b, rt, func(late time.Duration) {
+			mu.Lock()
+			defer mu.Unlock()
+			lates = append(lates, late)
+			if len(lates) == alarms {
+				close(all)
+			}
+		})
+		// Create the objects first (far future), then arm them over 2 s
+		// starting 1 s after arming ends.
+		far := time.Now().Add(time.Hour)
+		armAll(b, ns, alarms, func(int) time.Time { return far })
+		base := time.Now().Add(time.Second)
+		armAll(b, ns, alarms, func(i int) time.Time { return base.Add(time.Duration(i) * 2 * time.Second / alarms) })
+		if time.Now().After(base) {
+			b.Fatalf("arming took longer than the 1 s margin")
+		}
+		b.StartTimer()
+		<-all
+		b.StopTimer()
+		slices.Sort(lates)
+		b.ReportMetric(float64(lates[len(lates)/2])/1e6, "p50-late-ms")
+		b.ReportMetric(float64(lates[len(lates)*99/100])/1e6, "p99-late-ms")
+		if err := rt.Close(); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+}
+
+// BenchmarkAlarmPending measures the runtime's memory per pending alarm:
+// 100,000 alarms on evicted objects. A pending alarm must not keep its
+// object in memory, so what a restarted runtime holds for it is one entry
+// of the scheduler's heap. The runtime's index is filled directly (with
+// the schema core creates) because creating 100,000 object files would
+// measure the disk, not the runtime.
+func BenchmarkAlarmPending(b *testing.B) {
+	const pending = 100_000
+	for b.Loop() {
+		b.StopTimer()
+		dir := b.TempDir()
+		rt, err := core.Open(core.Options{Dir: dir})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := rt.Close(); err != nil { // creates the index
+			b.Fatal(err)
+		}
+		fillIndex(b, filepath.Join(dir, "_runtime.sqlite"), pending)
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		b.StartTimer()
+		rt, err = core.Open(core.Options{Dir: dir})
+		b.StopTimer()
+		if err != nil {
+			b.Fatal(err)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		st := rt.Stats()
+		if st.Alarms != pending || st.Resident != 0 {
+			b.Fatalf("pending %d, resident %d; want %d, 0", st.Alarms, st.Resident, pending)
+		}
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/pending, "B/pending-alarm")
+		b.ReportMetric(float64(st.Resident), "resident-objects")
+		if err := rt.Close(); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+}
+
+func fillIndex(b *testing.B, path string, n int) {
+	b.Helper()
+	db, err := sql.Open("sqlite", (&url.URL{Scheme: "file", Path: path}).String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	tx, err := db.Begin()
+	if err != nil {
+		b.Fatal(err)
+	}
+	stmt, err := tx.Prepare("INSERT INTO alarms(ns, id, name, at) VALUES ('firers', ?, ?, ?)")
+	if err != nil {
+		b.Fatal(err)
+	}
+	at := time.Now().Add(24 * time.Hour).UnixNano()
+	for i := range n {
+		name := fmt.Sprint("object-", i)
+		if _, err := stmt.Exec(fmt.Sprintf("%032x", i), name, at+int64(i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		b.Fatal(err)
+	}
+}
+
