@@ -1,0 +1,128 @@
+package core_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/durable-go/durable/core"
+)
+
+// Debouncer counts hits and flushes them in one batch, at most once per
+// window: the alarm is armed only when none is pending (SEMANTICS A4).
+type Debouncer struct {
+	st      *core.State
+	flushed []int // what each flush sent (a stand-in for a downstream store)
+}
+
+func NewDebouncer(st *core.State) (*Debouncer, error) {
+	_, err := st.Storage().Exec("CREATE TABLE IF NOT EXISTS pending(n INTEGER NOT NULL)")
+	return &Debouncer{st: st}, err
+}
+
+func (d *Debouncer) Hit() error {
+	if _, err := d.st.Storage().Exec("INSERT INTO pending(n) VALUES (1)"); err != nil {
+		return err
+	}
+	if _, pending, err := d.st.GetAlarm(); err != nil || pending {
+		return err // an alarm is already coming: do not push it back
+	}
+	return d.st.SetAlarm(time.Now().Add(2 * time.Second))
+}
+
+func (d *Debouncer) Alarm(ctx context.Context, info core.AlarmInfo) error {
+	var n int
+	if err := d.st.Storage().QueryRow("SELECT count(*) FROM pending").Scan(&n); err != nil {
+		return err
+	}
+	d.flushed = append(d.flushed, n)
+	_, err := d.st.Storage().Exec("DELETE FROM pending")
+	return err
+}
+
+func ExampleState_SetAlarm() {
+	rt, _ := core.Open(core.Options{})
+	defer rt.Close()
+	ns, _ := core.Register(rt, "debouncers", NewDebouncer)
+	stub, _ := ns.Get("link-1")
+	ctx := context.Background()
+	for range 5 {
+		core.Do(ctx, stub, func(_ context.Context, d *Debouncer) error { return d.Hit() })
+	}
+	stub.TriggerAlarm(ctx) // in a test; in production the alarm fires 2 s after the first hit
+	flushed, _ := core.Call(ctx, stub, func(_ context.Context, d *Debouncer) ([]int, error) {
+		_, pending, err := d.st.GetAlarm()
+		fmt.Println("alarm pending after the flush:", pending)
+		return d.flushed, err
+	})
+	fmt.Println("flushes:", flushed)
+	// Output:
+	// alarm pending after the flush: false
+	// flushes: [5]
+}
+
+// Reporter's alarm calls a downstream service that is down.
+type Reporter struct{ st *core.State }
+
+func (r *Reporter) Alarm(ctx context.Context, info core.AlarmInfo) error {
+	if info.LastAttempt() {
+		fmt.Println("last attempt, retry", info.RetryCount)
+	}
+	return errors.New("report service unavailable")
+}
+
+func ExampleRuntime_DeadLetters() {
+	rt, _ := core.Open(core.Options{
+		AlarmRetry: core.RetryPolicy{MaxRetries: -1}, // no retries: drop at the first failure
+		OnAlarmDropped: func(dl core.DeadLetter) {
+			fmt.Printf("dropped: %s/%s after %d attempt(s): %s\n", dl.Namespace, dl.Name, dl.Attempts, dl.LastError)
+		},
+	})
+	defer rt.Close()
+	ns, _ := core.Register(rt, "reporters", func(st *core.State) (*Reporter, error) { return &Reporter{st: st}, nil })
+	stub, _ := ns.Get("nightly")
+	ctx := context.Background()
+	core.Do(ctx, stub, func(_ context.Context, r *Reporter) error { return r.st.SetAlarm(time.Now()) })
+	stub.TriggerAlarm(ctx)
+
+	dls, _ := rt.DeadLetters() // durable: survives restarts until re-armed
+	fmt.Println("dead letters:", len(dls))
+	rt.Rearm(ctx, dls[0].Seq, time.Now().Add(time.Hour)) // the service is back: try again in an hour
+	dls, _ = rt.DeadLetters()
+	fmt.Println("dead letters after re-arming:", len(dls))
+	// Output:
+	// last attempt, retry 0
+	// dropped: reporters/nightly after 1 attempt(s): report service unavailable
+	// dead letters: 1
+	// dead letters after re-arming: 0
+}
+
+// Mailer keeps many timers over its one alarm.
+type Mailer struct{ st *core.State }
+
+func (m *Mailer) OnTimer(ctx context.Context, t core.Timer, info core.AlarmInfo) error {
+	fmt.Printf("send %s to %s\n", t.Kind, t.Payload)
+	return nil
+}
+
+func ExampleState_ScheduleAfter() {
+	rt, _ := core.Open(core.Options{})
+	defer rt.Close()
+	ns, _ := core.Register(rt, "mailers", func(st *core.State) (*Mailer, error) { return &Mailer{st: st}, nil })
+	stub, _ := ns.Get("user-7")
+	core.Do(context.Background(), stub, func(_ context.Context, m *Mailer) error {
+		m.st.ScheduleAfter("welcome", time.Hour, "welcome mail", []byte("ada@example.com"))
+		m.st.ScheduleAfter("nudge", 72*time.Hour, "reminder", []byte("ada@example.com"))
+		m.st.ScheduleCron("digest", "0 8 * * 1", "weekly digest", []byte("ada@example.com"), core.MissedSkip)
+		m.st.CancelSchedule("nudge") // she came back
+		timers, _ := m.st.Schedules() // soonest first
+		for _, t := range timers {
+			fmt.Printf("%s: %s (cron %q)\n", t.Key, t.Kind, t.Cron)
+		}
+		return nil
+	})
+	// Unordered output:
+	// welcome: welcome mail (cron "")
+	// digest: weekly digest (cron "0 8 * * 1")
+}
