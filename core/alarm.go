@@ -94,7 +94,7 @@ func (st *State) SetAlarm(t time.Time) error {
 		return fmt.Errorf("core: SetAlarm: %s objects do not implement core.Alarmer", o.ns.name)
 	}
 	at := t.UnixNano()
-	if err := o.putTimer(timerRow{at: at, first: at}); err != nil {
+	if err := o.timerPut(timerRow{at: at, first: at}); err != nil {
 		return fmt.Errorf("core: SetAlarm: %w", err)
 	}
 	if r := o.alarmRun; r != nil && r.tc == o.cur && r.isAlarm {
@@ -106,7 +106,7 @@ func (st *State) SetAlarm(t time.Time) error {
 // GetAlarm returns the pending alarm's time, and false if none is set.
 // While Alarm runs, the alarm being run is no longer pending (A13).
 func (st *State) GetAlarm() (time.Time, bool, error) {
-	r, ok, err := st.o.getTimer("", "")
+	r, ok, err := st.o.timerGet("")
 	if err != nil || !ok {
 		return time.Time{}, false, err
 	}
@@ -115,7 +115,7 @@ func (st *State) GetAlarm() (time.Time, bool, error) {
 
 // DeleteAlarm cancels the pending alarm, including a retry waiting to run.
 func (st *State) DeleteAlarm() error {
-	_, err := st.o.delTimer("", "")
+	_, err := st.o.timerDel("")
 	return err
 }
 
@@ -247,6 +247,9 @@ func (o *object) deliver(ctx context.Context, run *alarmRun, row timerRow) (*Dea
 		}
 		run.tc = ctx.(*turnCtx)
 		info := AlarmInfo{RetryCount: row.retry, IsRetry: row.retry > 0, MaxRetries: policy.MaxRetries, Scheduled: time.Unix(0, row.first)}
+		if row.owner != "" {
+			return o.deliverFacet(ctx, row, now, info)
+		}
 		hctx, cancel := context.WithTimeout(ctx, o.rt.opts.AlarmTimeout)
 		defer cancel()
 		var err error
@@ -273,6 +276,12 @@ func (o *object) deliver(ctx context.Context, run *alarmRun, row timerRow) (*Dea
 	var dropped *DeadLetter
 	perr := o.invoke(ctx, func(context.Context, any) error {
 		now := o.rt.now()
+		if row.owner != "" && row.cron == "" {
+			// A facet that set a new timer while it ran: that one stands (A14).
+			if _, ok, err := o.getTimer(row.owner, row.key); err != nil || ok {
+				return err
+			}
+		}
 		switch {
 		case isAlarm && run.setDuring != nil: // the handler's new alarm stands (A14)
 			return o.putTimer(timerRow{at: *run.setDuring, first: *run.setDuring})
@@ -282,7 +291,7 @@ func (o *object) deliver(ctx context.Context, run *alarmRun, row timerRow) (*Dea
 			return o.putTimer(r)
 		}
 		dl := DeadLetter{
-			Namespace: o.ns.name, Name: o.name, ObjectID: o.id, Key: row.key, Kind: row.kind, Payload: row.payload,
+			Namespace: o.ns.name, Name: o.name, ObjectID: o.id, Path: row.owner, Key: row.key, Kind: row.kind, Payload: row.payload,
 			Scheduled: time.Unix(0, row.first), Attempts: row.retry + 1,
 			LastError: remoteCause(herr).Error(), Dropped: now,
 		}

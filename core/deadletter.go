@@ -15,6 +15,7 @@ type DeadLetter struct {
 	Namespace string    // the object's namespace
 	Name      string    // the object's name
 	ObjectID  string    // the object's id
+	Path      string    // the facet's path below the object ("kind=name/..."); "" for the object itself
 	Key       string    // the schedule entry's key; "" for the object's alarm
 	Kind      string    // the schedule entry's kind
 	Payload   []byte    // the schedule entry's payload
@@ -31,6 +32,7 @@ func (rt *Runtime) logDropped(dl DeadLetter) {
 		"seq", dl.Seq,
 		"namespace", dl.Namespace,
 		"name", dl.Name,
+		"path", dl.Path,
 		"key", dl.Key,
 		"scheduled", dl.Scheduled,
 		"attempts", dl.Attempts,
@@ -50,7 +52,7 @@ func (rt *Runtime) DeadLetters() ([]DeadLetter, error) {
 	ix.connMu.Lock()
 	defer ix.connMu.Unlock()
 	rows, err := ix.conn.QueryContext(context.Background(),
-		"SELECT seq, ns, name, id, key, kind, payload, scheduled, attempts, last_error, dropped FROM dead_letters ORDER BY seq")
+		"SELECT seq, ns, name, id, path, key, kind, payload, scheduled, attempts, last_error, dropped FROM dead_letters ORDER BY seq")
 	if err != nil {
 		return nil, fmt.Errorf("core: dead letters: %w", err)
 	}
@@ -59,7 +61,7 @@ func (rt *Runtime) DeadLetters() ([]DeadLetter, error) {
 	for rows.Next() {
 		var dl DeadLetter
 		var sched, dropped int64
-		if err := rows.Scan(&dl.Seq, &dl.Namespace, &dl.Name, &dl.ObjectID, &dl.Key, &dl.Kind, &dl.Payload, &sched, &dl.Attempts, &dl.LastError, &dropped); err != nil {
+		if err := rows.Scan(&dl.Seq, &dl.Namespace, &dl.Name, &dl.ObjectID, &dl.Path, &dl.Key, &dl.Kind, &dl.Payload, &sched, &dl.Attempts, &dl.LastError, &dropped); err != nil {
 			return nil, fmt.Errorf("core: dead letters: %w", err)
 		}
 		dl.Scheduled, dl.Dropped = time.Unix(0, sched), time.Unix(0, dropped)
@@ -101,15 +103,12 @@ func (rt *Runtime) Rearm(ctx context.Context, seq int64, at time.Time) error {
 	for {
 		o := n.object(dl.Name, dl.ObjectID)
 		err = o.run(ctx, func(context.Context, any) error {
-			if dl.Key == "" {
-				return o.state.SetAlarm(at)
-			}
-			row, ok, err := o.getTimer("", dl.Key)
+			row, ok, err := o.getTimer(dl.Path, dl.Key)
 			if err != nil {
 				return err
 			}
 			if !ok {
-				row = timerRow{key: dl.Key, kind: dl.Kind, payload: dl.Payload}
+				row = timerRow{owner: dl.Path, key: dl.Key, kind: dl.Kind, payload: dl.Payload}
 			}
 			return o.putTimer(row.with(at.UnixNano()))
 		})

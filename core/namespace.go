@@ -24,6 +24,9 @@ type namespace struct {
 	ctor func(*State) (any, error)
 	// alarms, timers: the object type implements Alarmer, TimerHandler.
 	alarms, timers bool
+	// parent and kind are set for a facet kind (facet.go).
+	parent *namespace
+	kind   string
 
 	mu      sync.Mutex               // protects objects and closing
 	objects map[string]*object       // resident objects by name
@@ -87,14 +90,20 @@ func (n *Namespace[T]) Get(name string) (*Stub[T], error) {
 // A Stub addresses one object. It is cheap, safe for concurrent use, and may
 // be kept for as long as the runtime lives.
 type Stub[T any] struct {
-	ns   *namespace
-	name string
-	id   string
-	obj  atomic.Pointer[object] // the resident object last seen, if any
+	ns    *namespace
+	name  string
+	id    string
+	facet *facetInfo             // set for a facet's stub
+	obj   atomic.Pointer[object] // the resident object last seen, if any
 }
 
-// Name returns the object's name.
-func (s *Stub[T]) Name() string { return s.name }
+// Name returns the object's name (a facet's own name for a facet).
+func (s *Stub[T]) Name() string {
+	if s.facet != nil {
+		return s.facet.leaf
+	}
+	return s.name
+}
 
 // ID returns the object's id: the hex of a hash of namespace and name.
 func (s *Stub[T]) ID() string { return s.id }
@@ -136,13 +145,13 @@ func Do[T any](ctx context.Context, s *Stub[T], fn func(ctx context.Context, obj
 func (s *Stub[T]) call(ctx context.Context, fn func(context.Context, any) error) error {
 	rt := s.ns.rt
 	if err := rt.enter(); err != nil {
-		return &Error{Op: "call", Namespace: s.ns.name, Name: s.name, Err: err}
+		return &Error{Op: "call", Namespace: s.ns.name, Name: s.display(), Err: err}
 	}
 	defer rt.leave()
 	for {
 		o := s.obj.Load()
 		if o == nil || o.isEvicted() {
-			o = s.ns.object(s.name, s.id)
+			o = s.resident()
 			s.obj.Store(o)
 		}
 		err := o.run(ctx, fn)
@@ -150,10 +159,26 @@ func (s *Stub[T]) call(ctx context.Context, fn func(context.Context, any) error)
 			continue // evicted between lookup and queueing: look up again
 		}
 		if err != nil {
-			return &Error{Op: "call", Namespace: s.ns.name, Name: s.name, Err: err}
+			return &Error{Op: "call", Namespace: s.ns.name, Name: s.display(), Err: err}
 		}
 		return nil
 	}
+}
+
+// display names the object in errors: a facet by its root and path.
+func (s *Stub[T]) display() string {
+	if fi := s.facet; fi != nil {
+		return fi.rname + "/" + fi.owner
+	}
+	return s.name
+}
+
+// resident returns the object the stub addresses, creating it if needed.
+func (s *Stub[T]) resident() *object {
+	if s.facet != nil {
+		return s.ns.objectWith(s.name, s.id, s.facet)
+	}
+	return s.ns.object(s.name, s.id)
 }
 
 // object returns the resident object for name, creating it if needed.
@@ -241,7 +266,7 @@ func (s *Stub[T]) TriggerAlarm(ctx context.Context) (bool, error) {
 	defer rt.leave()
 	var had bool
 	for {
-		o := s.ns.object(s.name, s.id)
+		o := s.resident()
 		err := o.run(ctx, func(context.Context, any) error {
 			r, ok, err := o.getTimer("", "")
 			if err != nil || !ok {

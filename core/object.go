@@ -28,6 +28,7 @@ type object struct {
 	name  string
 	id    string
 	state State
+	facet *facetInfo // set for a facet
 
 	mu         sync.Mutex // protects the fields down to free
 	held       bool       // the gate is taken (by a turn, or by eviction)

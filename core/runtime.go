@@ -116,6 +116,7 @@ type Runtime struct {
 	mu         sync.RWMutex // protects closed and namespaces
 	closed     bool
 	namespaces map[string]*namespace
+	facets     map[string]*namespace // facet kinds by full name ("ns.kind.kind")
 
 	calls sync.WaitGroup // calls in flight, waited for by Close
 
@@ -162,6 +163,7 @@ func Open(opts Options) (*Runtime, error) {
 		opts:       opts,
 		log:        opts.Logger,
 		namespaces: make(map[string]*namespace),
+		facets:     make(map[string]*namespace),
 		stop:       make(chan struct{}),
 		done:       make(chan struct{}),
 	}
@@ -264,11 +266,15 @@ func (rt *Runtime) enter() error {
 
 func (rt *Runtime) leave() { rt.calls.Done() }
 
+// snapshotNamespaces lists the namespaces and facet kinds.
 func (rt *Runtime) snapshotNamespaces() []*namespace {
 	rt.mu.RLock()
 	defer rt.mu.RUnlock()
-	out := make([]*namespace, 0, len(rt.namespaces))
+	out := make([]*namespace, 0, len(rt.namespaces)+len(rt.facets))
 	for _, ns := range rt.namespaces {
+		out = append(out, ns)
+	}
+	for _, ns := range rt.facets {
 		out = append(out, ns)
 	}
 	return out

@@ -70,7 +70,7 @@ func (st *State) ScheduleAt(key string, t time.Time, kind string, payload []byte
 		return fmt.Errorf("core: schedule %q: time %v out of range", key, t)
 	}
 	at := t.UnixNano()
-	return st.o.putTimer(timerRow{key: key, at: at, first: at, kind: kind, payload: payload})
+	return st.o.timerPut(timerRow{key: key, at: at, first: at, kind: kind, payload: payload})
 }
 
 // ScheduleAfter sets the one-shot timer key to fire after d.
@@ -90,7 +90,7 @@ func (st *State) ScheduleCron(key, spec, kind string, payload []byte, missed Mis
 		return err
 	}
 	at := next.UnixNano()
-	return st.o.putTimer(timerRow{key: key, at: at, first: at, kind: kind, payload: payload, cron: spec, missed: missed})
+	return st.o.timerPut(timerRow{key: key, at: at, first: at, kind: kind, payload: payload, cron: spec, missed: missed})
 }
 
 // CancelSchedule removes the timer key (a pending retry included) and
@@ -99,7 +99,7 @@ func (st *State) CancelSchedule(key string) (bool, error) {
 	if key == "" {
 		return false, fmt.Errorf("core: schedule: empty key")
 	}
-	return st.o.delTimer("", key)
+	return st.o.timerDel(key)
 }
 
 // Schedules lists the object's schedule, soonest first. The alarm is not

@@ -350,8 +350,8 @@ type index struct {
 var ixQueries = map[ixKind]string{
 	ixUpsert: "INSERT INTO alarms(ns, id, name, at) VALUES (?, ?, ?, ?) ON CONFLICT(ns, id) DO UPDATE SET at = excluded.at",
 	ixDelete: "DELETE FROM alarms WHERE ns = ? AND id = ?",
-	ixDead: "INSERT INTO dead_letters(ns, name, id, key, kind, payload, scheduled, attempts, last_error, dropped) " +
-		"VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
+	ixDead: "INSERT INTO dead_letters(ns, name, id, path, key, kind, payload, scheduled, attempts, last_error, dropped) " +
+		"VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
 	ixUndead: "DELETE FROM dead_letters WHERE seq = ?",
 }
 
@@ -392,7 +392,7 @@ func openIndex(path string) (*index, error) {
 		_, err = conn.ExecContext(context.Background(), `
 CREATE TABLE IF NOT EXISTS alarms(ns TEXT NOT NULL, id TEXT NOT NULL, name TEXT NOT NULL, at INTEGER NOT NULL, PRIMARY KEY(ns, id)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS dead_letters(seq INTEGER PRIMARY KEY AUTOINCREMENT, ns TEXT NOT NULL, name TEXT NOT NULL,
-  id TEXT NOT NULL, key TEXT NOT NULL, kind TEXT NOT NULL, payload BLOB,
+  id TEXT NOT NULL, path TEXT NOT NULL, key TEXT NOT NULL, kind TEXT NOT NULL, payload BLOB,
   scheduled INTEGER NOT NULL, attempts INTEGER NOT NULL, last_error TEXT NOT NULL, dropped INTEGER NOT NULL)`)
 	}
 	ix := &index{db: db, conn: conn, stmts: make(map[ixKind]*sql.Stmt)}
@@ -509,7 +509,7 @@ func (ix *index) write(ops []ixOp) (err error) {
 			_, err = st.ExecContext(ctx, op.ns, op.id)
 		case ixDead:
 			dl := op.dl
-			err = st.QueryRowContext(ctx, dl.Namespace, dl.Name, dl.ObjectID, dl.Key, dl.Kind, dl.Payload,
+			err = st.QueryRowContext(ctx, dl.Namespace, dl.Name, dl.ObjectID, dl.Path, dl.Key, dl.Kind, dl.Payload,
 				dl.Scheduled.UnixNano(), dl.Attempts, dl.LastError, dl.Dropped.UnixNano()).Scan(&dl.Seq)
 		case ixUndead:
 			_, err = st.ExecContext(ctx, op.seq)

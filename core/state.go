@@ -13,8 +13,14 @@ type State struct {
 	storage Storage
 }
 
-// Name returns the object's name (available in every turn, alarms included).
-func (st *State) Name() string { return st.o.name }
+// Name returns the object's name (available in every turn, alarms
+// included). For a facet it is the facet's own name; see FacetPath.
+func (st *State) Name() string {
+	if fi := st.o.facet; fi != nil {
+		return fi.leaf
+	}
+	return st.o.name
+}
 
 // ID returns the object's id, the hex of a hash of namespace and name.
 func (st *State) ID() string { return st.o.id }

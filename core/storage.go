@@ -4,7 +4,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strings"
 )
 
@@ -50,7 +49,7 @@ func (s *Storage) begin() (*store, error) {
 	}
 	if o.store == nil {
 		o.ns.waitClosed(o.id)
-		st, err := openStore(filepath.Join(o.ns.dir, o.id+".sqlite"), o.rt.opts.Synchronous, o.rt.template)
+		st, err := openStore(o.dbPath(), o.rt.opts.Synchronous, o.rt.template)
 		if err != nil {
 			return nil, fmt.Errorf("core: open database: %w", err)
 		}
@@ -250,6 +249,22 @@ func (s *Storage) deleteAll(keepAlarm bool) error {
 		}
 	}
 	s.o.segTimers = true
+	if err := s.o.deleteFacets(); err != nil {
+		return err
+	}
+	if fi := s.o.facet; fi != nil && !keepAlarm {
+		// The facet's timers (and its facets') live in its root.
+		if err := s.o.rootDo(func(root *object) error {
+			st, err := root.state.Storage().begin()
+			if err != nil {
+				return err
+			}
+			root.batch.dirty, root.segTimers = true, true
+			return st.execInternal("DELETE FROM _durable_timers WHERE owner = ? OR substr(owner, 1, ?) = ?", fi.owner, len(fi.owner)+1, fi.owner+"/")
+		}); err != nil {
+			return fmt.Errorf("core: delete all: facet timers: %w", err)
+		}
+	}
 	for _, r := range alarm {
 		if err := s.o.putTimer(r); err != nil {
 			return fmt.Errorf("core: delete all: %w", err)

@@ -68,6 +68,9 @@ func buildTemplate(dir string) ([]byte, error) {
 // SQLite creates the WAL beside it and fsyncs the directory; until then no
 // write has been acknowledged, so nothing is lost if it vanishes.
 func createFromTemplate(path string, template []byte) error {
+	if err := ensureDir(filepath.Dir(path)); err != nil {
+		return err
+	}
 	tmp := path + ".new"
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
@@ -85,6 +88,26 @@ func createFromTemplate(path string, template []byte) error {
 	}
 	if err != nil {
 		os.Remove(tmp)
+	}
+	return err
+}
+
+// ensureDir creates dir (a facets directory) if needed, durably: its
+// parent directory is synced once it is made.
+func ensureDir(dir string) error {
+	if _, err := os.Stat(dir); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	d, err := os.Open(filepath.Dir(dir))
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
 	}
 	return err
 }

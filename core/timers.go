@@ -189,3 +189,48 @@ func (o *object) nextTimerInBatch() (int64, bool, error) {
 	}
 	return at.Int64, at.Valid, nil
 }
+
+// The timer operations of State: a top-level object's timers are in its
+// own table; a facet's are in its root's, under its path (facet.go).
+
+func (o *object) timerPut(r timerRow) error {
+	if o.facet == nil {
+		return o.putTimer(r)
+	}
+	r.owner = o.facet.owner
+	return o.rootDo(func(root *object) error { return root.putTimer(r) })
+}
+
+func (o *object) timerGet(key string) (r timerRow, ok bool, err error) {
+	if o.facet == nil {
+		return o.getTimer("", key)
+	}
+	err = o.rootDo(func(root *object) error {
+		r, ok, err = root.getTimer(o.facet.owner, key)
+		return err
+	})
+	return r, ok, err
+}
+
+func (o *object) timerDel(key string) (ok bool, err error) {
+	if o.facet == nil {
+		return o.delTimer("", key)
+	}
+	err = o.rootDo(func(root *object) error {
+		ok, err = root.delTimer(o.facet.owner, key)
+		return err
+	})
+	return ok, err
+}
+
+func (o *object) timerList() (rs []timerRow, err error) {
+	const q = "SELECT " + timerCols + " FROM _durable_timers WHERE owner = ? AND key <> '' ORDER BY at, key"
+	if o.facet == nil {
+		return o.queryTimers(q, "")
+	}
+	err = o.rootDo(func(root *object) error {
+		rs, err = root.queryTimers(q, o.facet.owner)
+		return err
+	})
+	return rs, err
+}
