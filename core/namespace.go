@@ -257,18 +257,24 @@ func (ns *namespace) snapshot() []*object {
 // for tests (and operators): without it a test would have to wait for the
 // alarm's time, or run inside a testing/synctest bubble (see package
 // coretest). The run is the same as a scheduled one: retries and dead
-// letters follow if it fails.
+// letters follow if it fails. For a facet, it runs the facet's alarm
+// through the facet's root, as a scheduled run does.
 func (s *Stub[T]) TriggerAlarm(ctx context.Context) (bool, error) {
 	rt := s.ns.rt
 	if err := rt.enter(); err != nil {
 		return false, err
 	}
 	defer rt.leave()
+	owner := ""
+	rootNS, rootName, rootID := s.ns, s.name, s.id
+	if fi := s.facet; fi != nil {
+		owner, rootNS, rootName, rootID = fi.owner, fi.root, fi.rname, fi.rid
+	}
 	var had bool
 	for {
-		o := s.resident()
+		o := rootNS.object(rootName, rootID)
 		err := o.run(ctx, func(context.Context, any) error {
-			r, ok, err := o.getTimer("", "")
+			r, ok, err := o.getTimer(owner, "")
 			if err != nil || !ok {
 				return err
 			}
@@ -276,9 +282,6 @@ func (s *Stub[T]) TriggerAlarm(ctx context.Context) (bool, error) {
 			r.at = min(r.at, rt.now().UnixNano())
 			return o.putTimer(r)
 		})
-		if err == errEvicted {
-			continue
-		}
 		if err == nil && had {
 			err = o.runTimers(ctx)
 		}
@@ -286,7 +289,7 @@ func (s *Stub[T]) TriggerAlarm(ctx context.Context) (bool, error) {
 			continue
 		}
 		if err != nil {
-			return had, &Error{Op: "trigger alarm", Namespace: s.ns.name, Name: s.name, Err: err}
+			return had, &Error{Op: "trigger alarm", Namespace: s.ns.name, Name: s.display(), Err: err}
 		}
 		return had, nil
 	}
