@@ -276,17 +276,20 @@ func (s *scheduler) fire(ns, id, name string) {
 		return
 	}
 	defer rt.leave()
+	// Look the namespace up and park the entry under one lock, so that a
+	// Register in between (which unparks) cannot be missed.
+	s.mu.Lock()
 	rt.mu.RLock()
 	n := rt.namespaces[ns]
 	rt.mu.RUnlock()
 	if n == nil {
-		s.mu.Lock()
 		if e := s.byKey[alarmKey{ns, id}]; e != nil && e.idx < 0 {
 			s.parked[ns] = append(s.parked[ns], e)
 		}
 		s.mu.Unlock()
 		return
 	}
+	s.mu.Unlock()
 	var err error
 	for {
 		o := n.object(name, id)
