@@ -542,3 +542,33 @@ func TestAlarm_SurviveRestart(t *testing.T) {
 		require.EqualValues(t, 0, rt2.Stats().Alarms)
 	})
 }
+
+// Alarms that fall due before their namespace is registered (at start-up)
+// wait for the registration, then fire.
+func TestAlarm_DueBeforeRegister(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		rt, err := core.Open(core.Options{Dir: dir})
+		require.NoError(t, err)
+		ns, err := core.Register(rt, "clocks", func(st *core.State) (*clock, error) { return &clock{st: st, log: &log{}}, nil })
+		require.NoError(t, err)
+		for i := range 10 {
+			require.NoError(t, core.Do(context.Background(), mustGet(t, ns, fmt.Sprint("o", i)), func(_ context.Context, cl *clock) error {
+				return cl.st.SetAlarm(time.Now().Add(time.Minute))
+			}))
+		}
+		require.NoError(t, rt.Close())
+		time.Sleep(2 * time.Minute)
+
+		rt2, err := core.Open(core.Options{Dir: dir})
+		require.NoError(t, err)
+		defer rt2.Close()
+		synctest.Wait() // the due alarms find no namespace yet
+		l := &log{}
+		_, err = core.Register(rt2, "clocks", func(st *core.State) (*clock, error) { return &clock{st: st, log: l}, nil })
+		require.NoError(t, err)
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		require.Len(t, l.of("alarm"), 10)
+	})
+}
