@@ -233,4 +233,3 @@ func fillIndex(b *testing.B, path string, n int) {
 		b.Fatal(err)
 	}
 }
-

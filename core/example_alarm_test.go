@@ -115,7 +115,7 @@ func ExampleState_ScheduleAfter() {
 		m.st.ScheduleAfter("welcome", time.Hour, "welcome mail", []byte("ada@example.com"))
 		m.st.ScheduleAfter("nudge", 72*time.Hour, "reminder", []byte("ada@example.com"))
 		m.st.ScheduleCron("digest", "0 8 * * 1", "weekly digest", []byte("ada@example.com"), core.MissedSkip)
-		m.st.CancelSchedule("nudge") // she came back
+		m.st.CancelSchedule("nudge")  // she came back
 		timers, _ := m.st.Schedules() // soonest first
 		for _, t := range timers {
 			fmt.Printf("%s: %s (cron %q)\n", t.Key, t.Kind, t.Cron)
