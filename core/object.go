@@ -57,6 +57,8 @@ type object struct {
 	segTimers   bool      // the current segment changed a timer
 	batchTimers bool      // the open batch changed a timer
 	alarmRun    *alarmRun // a run of due timers in progress
+
+	sends []wsOut // WebSocket output of the current segment (websocket.go)
 }
 
 type waiter struct {
@@ -73,6 +75,8 @@ type batch struct {
 	turns    int
 	dirty    bool // something was written
 	initMeta bool // the batch created the runtime's tables
+
+	sends []wsOut // WebSocket output released when the batch commits (websocket.go)
 }
 
 func newObject(ns *namespace, name, id string) *object {
@@ -116,7 +120,8 @@ func (o *object) acquire(ctx context.Context, reentry bool) error {
 	o.qlen++
 	o.mu.Unlock()
 
-	if reentry {
+	done := ctx.Done()
+	if reentry || done == nil {
 		<-w.ch
 		o.recycle(w)
 		return nil
@@ -125,7 +130,7 @@ func (o *object) acquire(ctx context.Context, reentry bool) error {
 	case <-w.ch:
 		o.recycle(w)
 		return nil
-	case <-ctx.Done():
+	case <-done:
 		o.mu.Lock()
 		if w.handed { // the gate reached us as we gave up: pass it on
 			o.mu.Unlock()
@@ -296,6 +301,7 @@ func (o *object) invoke(ctx context.Context, fn func(context.Context, any) error
 // endSegment closes the current segment's savepoint: released into the
 // batch on success, rolled back on failure.
 func (o *object) endSegment(failed bool) error {
+	o.settleSends(failed)
 	o.txDepth = 0
 	if o.segTimers {
 		o.segTimers = false
@@ -372,6 +378,7 @@ func (b *batch) wait() error {
 // before the commit, and the scheduler after it.
 func (o *object) commit() error {
 	b := o.batch
+	defer b.settleSends()
 	var alarm *alarmChange
 	var err error
 	if o.batchTimers {
@@ -411,6 +418,7 @@ func (o *object) poison(cause error) error {
 	err := fmt.Errorf("%w: %v", ErrCommitFailed, cause)
 	if b := o.batch; b != nil {
 		o.batch = nil
+		defer b.settleSends()
 		b.err = err
 		close(b.done)
 	}

@@ -66,6 +66,22 @@ type Options struct {
 	// written to the dead-letter table. The default logs a structured
 	// record with event=alarm_dropped at level ERROR.
 	OnAlarmDropped func(DeadLetter)
+
+	// WebSocketSendQueue bounds the messages waiting to be written to one
+	// WebSocket (default 256). A client that falls further behind is cut
+	// off with close code 1013 (see WebSocket.Send).
+	WebSocketSendQueue int
+
+	// WebSocketMaxMessage is the largest message, in bytes, accepted from a
+	// WebSocket client (default 1 MiB); a larger one closes the connection
+	// with close code 1009.
+	WebSocketMaxMessage int64
+
+	// WebSocketOrigins lists the browser origins ("https://app.example.com",
+	// or "*" for any) allowed to open WebSockets besides the request's own
+	// host. Requests without an Origin header (not from a browser) are
+	// always allowed.
+	WebSocketOrigins []string
 }
 
 func (o *Options) withDefaults() error {
@@ -101,6 +117,12 @@ func (o *Options) withDefaults() error {
 	if o.AlarmConcurrency <= 0 {
 		o.AlarmConcurrency = 64
 	}
+	if o.WebSocketSendQueue <= 0 {
+		o.WebSocketSendQueue = 256
+	}
+	if o.WebSocketMaxMessage <= 0 {
+		o.WebSocketMaxMessage = 1 << 20
+	}
 	return nil
 }
 
@@ -130,6 +152,8 @@ type Runtime struct {
 	templateOnce  sync.Once
 	templateBytes []byte
 	templateErr   error
+
+	ws wsHub // the WebSocket connections (websocket.go)
 }
 
 // template returns the bytes of an empty object database, built once.
@@ -237,6 +261,7 @@ func (rt *Runtime) Close() error {
 	// them so that their retries are recorded.
 	errs = append(errs, rt.sched.closeLoop())
 	rt.calls.Wait()
+	errs = append(errs, rt.ws.close()) // 1001 to every WebSocket client (SEMANTICS R8)
 
 	for _, ns := range rt.snapshotNamespaces() {
 		for _, o := range ns.snapshot() {

@@ -1,0 +1,114 @@
+package core
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"net/http"
+)
+
+// Fetcher is implemented by objects that serve HTTP requests, as a Durable
+// Object's fetch does. Stub.ServeHTTP runs Fetch as one turn of the object.
+//
+// The response is output-gated: what Fetch writes to w is buffered and
+// sent only once the turn's writes are durable; if Fetch returns an error
+// or panics, the turn is rolled back and the client gets a bare 500
+// instead (the error is logged, not shown). A WebSocket upgrade
+// (State.AcceptWebSocket) is the exception: the 101 response leaves at
+// once, and the turn ends with Fetch, while the runtime keeps the
+// connection.
+type Fetcher interface {
+	Fetch(ctx context.Context, w http.ResponseWriter, r *http.Request) error
+}
+
+// ServeHTTP routes an HTTP request to the object: it runs the object's
+// Fetch as a turn, queued behind the calls and events that came before it,
+// so a Stub is an http.Handler for its object. An object that does not
+// implement Fetcher answers 501. A full queue answers 503 with
+// Retry-After; a closed runtime answers 503.
+func (s *Stub[T]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var zero T
+	if _, ok := any(zero).(Fetcher); !ok {
+		http.Error(w, "object does not serve HTTP", http.StatusNotImplemented)
+		return
+	}
+	g := &gatedResponse{w: w, header: make(http.Header)}
+	err := s.call(r.Context(), func(ctx context.Context, inst any) error {
+		return inst.(Fetcher).Fetch(ctx, g, r)
+	})
+	g.finish(err, s.ns)
+}
+
+// gatedResponse buffers a response until the turn that wrote it is
+// durable. Hijack goes straight through, for WebSocket upgrades.
+type gatedResponse struct {
+	w        http.ResponseWriter
+	header   http.Header
+	status   int
+	body     bytes.Buffer
+	hijacked bool
+}
+
+func (g *gatedResponse) Header() http.Header { return g.header }
+
+func (g *gatedResponse) WriteHeader(code int) {
+	if g.status == 0 {
+		g.status = code
+	}
+}
+
+func (g *gatedResponse) Write(p []byte) (int, error) {
+	if g.hijacked {
+		return 0, http.ErrHijacked
+	}
+	if g.status == 0 {
+		g.status = http.StatusOK
+	}
+	return g.body.Write(p)
+}
+
+func (g *gatedResponse) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	hj, ok := g.w.(http.Hijacker)
+	if !ok {
+		return nil, nil, errors.New("core: the response writer cannot be hijacked")
+	}
+	nc, brw, err := hj.Hijack()
+	if err == nil {
+		g.hijacked = true
+	}
+	return nc, brw, err
+}
+
+// finish sends the buffered response, or an error response if the turn
+// failed (except for a failed WebSocket handshake, whose own error
+// response is sent).
+func (g *gatedResponse) finish(err error, ns *namespace) {
+	if g.hijacked {
+		return
+	}
+	if err == nil || errors.Is(err, ErrBadHandshake) && g.status != 0 {
+		h := g.w.Header()
+		for k, v := range g.header {
+			h[k] = v
+		}
+		if g.status == 0 {
+			g.status = http.StatusOK
+		}
+		g.w.WriteHeader(g.status)
+		g.w.Write(g.body.Bytes())
+		return
+	}
+	code := http.StatusInternalServerError
+	switch {
+	case errors.Is(err, ErrOverloaded):
+		code = http.StatusServiceUnavailable
+		g.w.Header().Set("Retry-After", "1")
+	case errors.Is(err, ErrClosed), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		code = http.StatusServiceUnavailable
+	default:
+		ns.rt.log.Error("fetch failed", "event", "fetch_failed", "namespace", ns.name, "error", err)
+	}
+	http.Error(g.w, http.StatusText(code), code)
+}

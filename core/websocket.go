@@ -1,0 +1,648 @@
+package core
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/gorilla/websocket"
+)
+
+// Limits of the WebSocket API (those of the original runtime).
+const (
+	MaxAttachmentLen   = 16384 // bytes of an attachment, as JSON (SEMANTICS R4)
+	MaxTags            = 10    // tags per connection
+	MaxTagLen          = 256   // bytes in a tag
+	MaxAutoResponseLen = 2048  // bytes in an auto-response request or response
+)
+
+// Close codes the runtime sends. An object closing a connection itself may
+// use 1000 or a code from 3000 to 4999.
+const (
+	CloseNormal        = 1000 // a normal close
+	CloseGoingAway     = 1001 // the runtime is shutting down (Runtime.Close)
+	CloseNoStatus      = 1005 // reported to WebSocketClose: the peer's Close frame had no code
+	CloseAbnormal      = 1006 // reported to WebSocketClose: the connection dropped without a Close frame
+	CloseMessageTooBig = 1009 // a message over Options.WebSocketMaxMessage
+	CloseInternalError = 1011 // a handler failed, or the turn that accepted the connection did
+	CloseTryAgainLater = 1013 // the client fell behind its send queue, or the object's queue was full
+)
+
+var (
+	// ErrWebSocketClosed is returned by the methods of a *WebSocket whose
+	// connection is closed or closing.
+	ErrWebSocketClosed = errors.New("core: websocket closed")
+
+	// ErrSlowClient is the cause reported to WebSocketError when a client
+	// did not read fast enough: Options.WebSocketSendQueue messages were
+	// waiting for it. The connection was closed with 1013.
+	ErrSlowClient = errors.New("core: websocket client too slow: send queue full")
+
+	// ErrBadHandshake is returned by AcceptWebSocket when the request is not
+	// a valid WebSocket upgrade or its Origin is not allowed. The HTTP error
+	// response has been written to w already.
+	ErrBadHandshake = errors.New("core: websocket handshake failed")
+)
+
+// A Message is one WebSocket message: text (UTF-8) or binary.
+type Message struct {
+	Data   []byte
+	Binary bool
+}
+
+// TextMessage returns a text message holding s.
+func TextMessage(s string) Message { return Message{Data: []byte(s)} }
+
+// BinaryMessage returns a binary message holding b.
+func BinaryMessage(b []byte) Message { return Message{Data: b, Binary: true} }
+
+// Text returns the message's data as a string.
+func (m Message) Text() string { return string(m.Data) }
+
+// WebSocketMessageHandler is implemented by objects that receive the
+// messages of the WebSockets they accepted. Each message is delivered as a
+// turn of its own, atomic and output-gated like a call. If the handler
+// returns an error or panics, the turn is rolled back (its sends and closes
+// are dropped), the error is logged, and the connection is closed with 1011.
+type WebSocketMessageHandler interface {
+	WebSocketMessage(ctx context.Context, ws *WebSocket, msg Message) error
+}
+
+// WebSocketCloseHandler is implemented by objects that want to know when a
+// client ends its connection: it sent a Close frame (code and reason are
+// its own; the runtime has answered the frame already, SEMANTICS R9), or the
+// connection dropped (CloseAbnormal). The handle is no longer listed by
+// State.WebSockets; its attachment can still be read during the handler and
+// is gone after it. A close the object asked for itself is not reported,
+// and an object that does not implement the handler is not woken for it.
+type WebSocketCloseHandler interface {
+	WebSocketClose(ctx context.Context, ws *WebSocket, code int, reason string) error
+}
+
+// WebSocketErrorHandler is implemented by objects that want to know when
+// the runtime closed one of their connections because of an error: a
+// message over the size limit (ErrTooLarge, closed with 1009), a client too
+// slow to keep up (ErrSlowClient, 1013), or a protocol violation (1002).
+// As for WebSocketClose, the attachment is readable during the handler.
+type WebSocketErrorHandler interface {
+	WebSocketError(ctx context.Context, ws *WebSocket, err error) error
+}
+
+// AcceptWebSocket upgrades the request to a WebSocket whose connection the
+// runtime owns, and returns the object's handle to it. Call it from a turn
+// (Fetch, run by Stub.ServeHTTP, or any call that was handed w and r). The
+// tags (at most MaxTags of MaxTagLen bytes) select the connection in
+// State.WebSockets.
+//
+// The upgrade happens at once, but the accept is part of the turn: if the
+// turn fails, the connection is closed with 1011 and never listed again.
+// Messages the client sends are delivered as turns queued behind this one.
+// If the handshake fails (not an upgrade, a foreign Origin: see
+// Options.WebSocketOrigins), the error response has been written to w and
+// the error wraps ErrBadHandshake; return nil from Fetch to send it.
+func (st *State) AcceptWebSocket(w http.ResponseWriter, r *http.Request, tags ...string) (*WebSocket, error) {
+	o := st.o
+	if o.cur == nil {
+		return nil, ErrNotInTurn
+	}
+	if len(tags) > MaxTags {
+		return nil, fmt.Errorf("core: AcceptWebSocket: %d tags (limit %d)", len(tags), MaxTags)
+	}
+	for _, tag := range tags {
+		if tag == "" || len(tag) > MaxTagLen {
+			return nil, fmt.Errorf("core: AcceptWebSocket: tag of %d bytes (must be 1 to %d)", len(tag), MaxTagLen)
+		}
+	}
+	rt := o.rt
+	hw := &wsHijack{ResponseWriter: w}
+	c, err := rt.ws.upgrader(rt).Upgrade(hw, r, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadHandshake, err)
+	}
+	c.SetReadLimit(rt.opts.WebSocketMaxMessage)
+	ws := &WebSocket{rt: rt, ns: o.ns, name: o.name, id: o.id, conn: c, raw: hw.conn, tags: slices.Clone(tags)}
+	// An object with no handler for an event is not woken for it.
+	_, noClose := o.inst.(WebSocketCloseHandler)
+	_, noError := o.inst.(WebSocketErrorHandler)
+	ws.noClose, ws.noError = !noClose && o.inst != nil, !noError && o.inst != nil
+	if err := rt.ws.add(ws); err != nil {
+		c.Close()
+		return nil, err
+	}
+	o.addOut(wsOut{ws: ws, kind: wsOutAccept})
+	go ws.read()
+	return ws, nil
+}
+
+// WebSockets lists the object's open connections that carry tag, or all of
+// them if tag is "", in the order they were accepted. The list is rebuilt
+// from the runtime's records each time: use it, not a list kept in memory,
+// after the object was evicted and re-created (SEMANTICS R5). A connection
+// the current turn closed is still listed until the turn commits.
+func (st *State) WebSockets(tag string) []*WebSocket {
+	return st.o.rt.ws.list(st.o.ns, st.o.name, tag)
+}
+
+// SetWebSocketAutoResponse makes the runtime answer a text message equal to
+// request with response on any of the object's connections, without
+// creating or waking the object (SEMANTICS R3); WebSocket.AutoResponseTimestamp
+// records when. The setting is kept by the runtime, not the object: it
+// survives evictions of the object, but not a restart of the runtime, so
+// set it in the constructor. An empty request removes it.
+func (st *State) SetWebSocketAutoResponse(request, response string) error {
+	if len(request) > MaxAutoResponseLen || len(response) > MaxAutoResponseLen {
+		return fmt.Errorf("%w: auto-response over %d bytes", ErrTooLarge, MaxAutoResponseLen)
+	}
+	var ar *autoResponse
+	if request != "" {
+		ar = &autoResponse{request: request, response: TextMessage(response)}
+	}
+	st.o.rt.ws.setAuto(st.o.ns, st.o.name, ar)
+	return nil
+}
+
+// A WebSocket is an object's handle to one connection the runtime owns
+// (hibernatable WebSockets, SEMANTICS R). Its methods are safe for
+// concurrent use, but Send and Close are output-gated only when called
+// from one of the object's turns (see Send).
+//
+// An object accepts a WebSocket in one of its turns, usually in Fetch (see
+// Stub.ServeHTTP), with State.AcceptWebSocket, and from then on the runtime
+// owns the connection: its TCP socket, one reader goroutine, a writer
+// goroutine while messages wait, a bounded send queue, its tags, its
+// attachment and its auto-response time. The object holds only *WebSocket
+// handles, which stay valid while the connection is open, across evictions
+// of the object: an object re-created after an eviction finds its
+// connections again with State.WebSockets.
+//
+// Events reach the object as turns, through the same FIFO queue as calls
+// (WebSocketMessageHandler, WebSocketCloseHandler, WebSocketErrorHandler),
+// so a room's messages are handled one at a time: those of one connection
+// in the order they were sent, those of different connections in the order
+// their reader goroutines queued them (R1). The reader waits for a
+// message's turn before it reads the next one, so a client that floods a
+// busy object is held back by TCP, not buffered in memory.
+//
+// Output gate: WebSocket.Send and WebSocket.Close called in a turn are
+// held until the turn's writes are durable (they leave with the group
+// commit that holds them) and dropped if the turn fails; an accept in a
+// failed turn is undone (the client sees 1011).
+//
+// Hibernation: a connection does not keep its object in memory. An object
+// whose only ties are connections is evicted after Options.IdleTimeout like
+// any other; the next event re-creates it (constructor first, then the
+// handler) (R5). In this runtime only two things prevent that (R6): a turn
+// running or waiting inside State.Await (which covers calls to other
+// objects made from a turn), and calls queued for the object. Timers and
+// goroutines the object starts itself do not, and do not survive eviction
+// either. Auto-responses (State.SetWebSocketAutoResponse) are answered by
+// the reader without the object (R3), and a close or error event is not
+// delivered (nor the object woken) if it has no handler for it.
+//
+// Close frames are answered by the runtime (R9). The close codes it sends:
+//
+//	1001 CloseGoingAway      Runtime.Close: every connection, on shutdown (R8)
+//	1002                     the client broke the protocol
+//	1009 CloseMessageTooBig  a message over Options.WebSocketMaxMessage (1 MiB)
+//	1011 CloseInternalError  the message handler failed; the accepting turn failed
+//	1013 CloseTryAgainLater  the client fell Options.WebSocketSendQueue (256)
+//	                         messages behind; or the object's queue was full
+//
+// A client that takes more than 10 s to accept a write is dropped even
+// before its queue is full. Browsers may open sockets only from the
+// request's own host or an origin in Options.WebSocketOrigins.
+//
+// Cost of an idle connection, hibernated or not: one parked goroutine, a
+// 1 KiB read buffer and the records, about 7.5 KiB in all (bench
+// BenchmarkRoomHibernated); writers and their buffers exist only while
+// messages wait.
+type WebSocket struct {
+	rt   *Runtime
+	ns   *namespace
+	name string // the owning object's name
+	id   string // and id
+	conn *websocket.Conn
+	raw  *corkConn
+	tags []string
+
+	noClose, noError bool // the object has no WebSocketClose, WebSocketError handler
+
+	obj    atomic.Pointer[object] // the owning object when last seen resident
+	autoAt atomic.Int64           // unix ns of the last auto-response
+	shut   atomic.Bool            // state != wsOpen, for checks without mu
+
+	// Guarded by the hub's mu.
+	group *wsGroup
+	slot  int // index in group.conns, -1 once unlisted
+
+	mu       sync.Mutex // protects the fields below
+	state    wsState
+	end      *wsEnd    // why the runtime or the object closes it
+	queue    []Message // waiting for the writer, at most Options.WebSocketSendQueue
+	writing  bool      // a writer goroutine runs
+	closeMsg []byte    // a Close frame to write once the queue is empty
+	broken   bool      // a write failed: the connection is being torn down
+	attach   []byte    // the attachment, as JSON
+	writers  sync.WaitGroup
+}
+
+type wsState uint8
+
+const (
+	wsOpen    wsState = iota
+	wsClosing         // a close is under way: no more sends, no longer listed
+	wsClosed          // over: the attachment is gone
+)
+
+// wsEnd says why and how a connection is closed from this side.
+type wsEnd struct {
+	code   int
+	reason string
+	err    error // reported to WebSocketError when notify is set
+	notify bool
+	drop   bool // drop the messages still queued (the client is too slow for them)
+}
+
+// Send queues m for the client. The runtime writes it from the
+// connection's writer goroutine; Send never blocks.
+//
+// Called from one of the object's turns, Send is output-gated: the message
+// leaves only after the turn's writes are durable, and not at all if the
+// turn fails. Called outside any turn of the object, it is queued at once.
+// Do not modify m.Data after Send. If too many messages wait for the
+// client (Options.WebSocketSendQueue), it is cut off with 1013 and the
+// object receives WebSocketError with ErrSlowClient: a slow client never
+// stalls the room.
+func (ws *WebSocket) Send(m Message) error {
+	if !ws.open() {
+		return ErrWebSocketClosed
+	}
+	if o := ws.turnObject(); o != nil {
+		o.addOut(wsOut{ws: ws, msg: m})
+		return nil
+	}
+	return ws.enqueue(m)
+}
+
+// SendText sends a text message.
+func (ws *WebSocket) SendText(s string) error { return ws.Send(TextMessage(s)) }
+
+// Close closes the connection with code (1000, or 3000 to 4999) and reason
+// (at most 123 bytes). Messages sent before it are written first; the
+// runtime then waits a moment for the client's Close frame. The object's
+// WebSocketClose handler is not called for a close it made. Like Send,
+// Close is output-gated when called from a turn.
+func (ws *WebSocket) Close(code int, reason string) error {
+	if code != CloseNormal && (code < 3000 || code > 4999) {
+		return fmt.Errorf("core: websocket close code %d: use 1000 or 3000 to 4999", code)
+	}
+	if len(reason) > 123 || !utf8.ValidString(reason) {
+		return errors.New("core: websocket close reason must be valid UTF-8 of at most 123 bytes")
+	}
+	if !ws.open() {
+		return ErrWebSocketClosed
+	}
+	end := &wsEnd{code: code, reason: reason}
+	if o := ws.turnObject(); o != nil {
+		o.addOut(wsOut{ws: ws, kind: wsOutClose, end: end})
+		return nil
+	}
+	ws.startClose(end)
+	return nil
+}
+
+// Tags returns the tags the connection was accepted with.
+func (ws *WebSocket) Tags() []string { return slices.Clone(ws.tags) }
+
+// SerializeAttachment keeps v, as JSON of at most MaxAttachmentLen bytes,
+// with the connection (SEMANTICS R4). The runtime keeps it, so it survives
+// evictions of the object; it is gone once the connection is closed. Keep
+// larger data in storage and only its key in the attachment. It takes
+// effect at once, even if the turn later fails.
+func (ws *WebSocket) SerializeAttachment(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("core: websocket attachment: %w", err)
+	}
+	if len(b) > MaxAttachmentLen {
+		return fmt.Errorf("%w: websocket attachment of %d bytes (limit %d); keep larger data in storage and its key in the attachment", ErrTooLarge, len(b), MaxAttachmentLen)
+	}
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.state == wsClosed {
+		return ErrWebSocketClosed
+	}
+	ws.attach = b
+	return nil
+}
+
+// DeserializeAttachment decodes the attachment into v, which is left alone
+// if there is none. It fails with ErrWebSocketClosed once the connection
+// is closed.
+func (ws *WebSocket) DeserializeAttachment(v any) error {
+	b, err := ws.Attachment()
+	if err != nil || b == nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
+}
+
+// Attachment returns a copy of the attachment's JSON, nil if there is none.
+func (ws *WebSocket) Attachment() (json.RawMessage, error) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.state == wsClosed {
+		return nil, ErrWebSocketClosed
+	}
+	return bytesClone(ws.attach), nil
+}
+
+func bytesClone(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	return append([]byte{}, b...)
+}
+
+// AutoResponseTimestamp returns when the runtime last answered the
+// auto-response request on this connection, or the zero time.
+func (ws *WebSocket) AutoResponseTimestamp() time.Time {
+	if ns := ws.autoAt.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
+}
+
+func (ws *WebSocket) open() bool { return !ws.shut.Load() }
+
+// turnObject returns the owning object if it is running a turn, so that a
+// send joins that turn's output. Like Storage, this relies on being called
+// from the turn's own code: a goroutine of the object's own that calls Send
+// while a turn runs has its message held for that turn.
+func (ws *WebSocket) turnObject() *object {
+	o := ws.obj.Load()
+	if o == nil || o.isEvicted() {
+		o = ws.ns.resident(ws.name)
+		ws.obj.Store(o)
+		if o == nil {
+			return nil
+		}
+	}
+	if o.cur == nil {
+		return nil
+	}
+	return o
+}
+
+// resident returns the object for name if it is in memory.
+func (ns *namespace) resident(name string) *object {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	return ns.objects[name]
+}
+
+// wsOut is one effect of a turn on a connection, held until the turn's
+// writes are durable (the output gate).
+type wsOut struct {
+	ws   *WebSocket
+	kind wsOutKind
+	msg  Message
+	end  *wsEnd
+}
+
+type wsOutKind uint8
+
+const (
+	wsOutSend   wsOutKind = iota
+	wsOutClose            // Close was called
+	wsOutAccept           // the connection was accepted: undone if the turn fails
+)
+
+// addOut adds to the current segment's output.
+func (o *object) addOut(x wsOut) {
+	if o.sends == nil {
+		if p, ok := outPool.Get().(*[]wsOut); ok {
+			o.sends = *p
+		}
+	}
+	o.sends = append(o.sends, x)
+}
+
+// Output lists are pooled: a broadcast to a thousand members needs one.
+var outPool sync.Pool
+
+func putOut(out []wsOut) {
+	if cap(out) > 1<<16 {
+		return
+	}
+	clear(out)
+	out = out[:0]
+	outPool.Put(&out)
+}
+
+// settleSends is called at the end of each turn segment: a failed
+// segment's output is dropped; a successful one's waits for the open batch
+// to commit, or leaves now if nothing is uncommitted.
+func (o *object) settleSends(failed bool) {
+	out := o.sends
+	if len(out) == 0 {
+		return
+	}
+	o.sends = nil
+	switch {
+	case failed:
+		discardOut(out)
+	case o.batch != nil:
+		if o.batch.sends == nil {
+			o.batch.sends = out
+		} else {
+			o.batch.sends = append(o.batch.sends, out...)
+			putOut(out)
+		}
+	default:
+		releaseOut(out)
+	}
+}
+
+// settleSends releases the batch's output once it is committed, or drops
+// it if the commit failed.
+func (b *batch) settleSends() {
+	out := b.sends
+	if out == nil {
+		return
+	}
+	b.sends = nil
+	if b.err != nil {
+		discardOut(out)
+	} else {
+		releaseOut(out)
+	}
+}
+
+func releaseOut(out []wsOut) {
+	for i := range out {
+		switch x := &out[i]; x.kind {
+		case wsOutSend:
+			x.ws.enqueue(x.msg)
+		case wsOutClose:
+			x.ws.startClose(x.end)
+		}
+	}
+	putOut(out)
+}
+
+func discardOut(out []wsOut) {
+	for i := range out {
+		if x := &out[i]; x.kind == wsOutAccept {
+			x.ws.startClose(&wsEnd{code: CloseInternalError, reason: "accept rolled back"})
+		}
+	}
+	putOut(out)
+}
+
+// wsHub is the runtime's register of connections, by owning object. Its
+// zero value is ready to use. It owns every connection's goroutines:
+// close closes the connections with 1001 and waits for them.
+type wsHub struct {
+	once sync.Once
+	up   *websocket.Upgrader
+
+	mu     sync.Mutex // protects groups, closed and every group's conns
+	groups map[wsKey]*wsGroup
+	closed bool
+
+	wg sync.WaitGroup // reader goroutines (each waits for its writer)
+}
+
+type wsKey struct {
+	ns   *namespace
+	name string
+}
+
+// wsGroup is one object's connections.
+type wsGroup struct {
+	key   wsKey
+	conns []*WebSocket // in accept order; nil where one was unlisted
+	live  int
+	auto  atomic.Pointer[autoResponse]
+}
+
+type autoResponse struct {
+	request  string
+	response Message
+}
+
+func (h *wsHub) groupLocked(k wsKey, create bool) *wsGroup {
+	g := h.groups[k]
+	if g == nil && create {
+		if h.groups == nil {
+			h.groups = make(map[wsKey]*wsGroup)
+		}
+		g = &wsGroup{key: k}
+		h.groups[k] = g
+	}
+	return g
+}
+
+func (h *wsHub) add(ws *WebSocket) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return ErrClosed
+	}
+	g := h.groupLocked(wsKey{ws.ns, ws.name}, true)
+	ws.group, ws.slot = g, len(g.conns)
+	g.conns = append(g.conns, ws)
+	g.live++
+	h.wg.Add(1) // for ws.read
+	return nil
+}
+
+// unlist removes ws from its object's list.
+func (h *wsHub) unlist(ws *WebSocket) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	g := ws.group
+	if ws.slot < 0 {
+		return
+	}
+	g.conns[ws.slot] = nil
+	ws.slot = -1
+	g.live--
+	switch {
+	case g.live == 0:
+		g.conns = nil
+		if g.auto.Load() == nil && h.groups[g.key] == g {
+			delete(h.groups, g.key)
+		}
+	case len(g.conns) > 2*g.live+16: // compact
+		n := 0
+		for _, c := range g.conns {
+			if c != nil {
+				c.slot = n
+				g.conns[n] = c
+				n++
+			}
+		}
+		clear(g.conns[n:])
+		g.conns = g.conns[:n]
+	}
+}
+
+func (h *wsHub) list(ns *namespace, name, tag string) []*WebSocket {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	g := h.groupLocked(wsKey{ns, name}, false)
+	if g == nil || g.live == 0 {
+		return nil
+	}
+	out := make([]*WebSocket, 0, g.live)
+	for _, ws := range g.conns {
+		if ws != nil && (tag == "" || slices.Contains(ws.tags, tag)) {
+			out = append(out, ws)
+		}
+	}
+	return out
+}
+
+func (h *wsHub) setAuto(ns *namespace, name string, ar *autoResponse) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	g := h.groupLocked(wsKey{ns, name}, ar != nil)
+	if g == nil {
+		return
+	}
+	g.auto.Store(ar)
+	if ar == nil && g.live == 0 {
+		delete(h.groups, g.key)
+	}
+}
+
+// close closes every connection with 1001 and waits until all are gone
+// (each client has closeGrace to answer). It is called by Runtime.Close
+// once no turn runs any more, so no event is delivered after it.
+func (h *wsHub) close() error {
+	h.mu.Lock()
+	h.closed = true
+	var all []*WebSocket
+	for _, g := range h.groups {
+		for _, ws := range g.conns {
+			if ws != nil {
+				all = append(all, ws)
+			}
+		}
+	}
+	h.mu.Unlock()
+	for _, ws := range all {
+		ws.startClose(&wsEnd{code: CloseGoingAway, reason: "runtime shutting down"})
+	}
+	h.wg.Wait()
+	return nil
+}
