@@ -1,0 +1,69 @@
+// Package bench measures the durable runtime (package core) against a bare
+// SQLite baseline in the same run. It holds benchmarks only.
+//
+// Run it from the module root:
+//
+//	go test -run '^$' -bench . -count 5 ./bench | tee bench.txt
+//	go run golang.org/x/perf/cmd/benchstat@latest bench.txt
+//
+// A smoke run that executes every benchmark once takes a few seconds:
+//
+//	go test -run '^$' -bench . -benchtime 1x ./bench
+//
+// # What it measures
+//
+//   - Per-key throughput of one object with 1, 16 and 64 concurrent callers
+//     (sub-benchmarks callers=N): BenchmarkForward (the call returns a
+//     constant: the cost of the gate and the turn), BenchmarkProcess (the
+//     call parses and re-serializes a 1 KB JSON document: CPU work that one
+//     object cannot spread over cores) and BenchmarkWrite (the call inserts
+//     one row and returns once it is durable, with sync=FULL and
+//     sync=NORMAL: group commit at work).
+//   - BenchmarkActivate: the latency of activating an evicted object (open
+//     its database, run its constructor), and the rate at which new objects
+//     with storage are created.
+//   - BenchmarkResident: the memory an idle resident object with an open
+//     database costs, from the Go heap and from the process's RSS.
+//   - BenchmarkManyKeys: durable writes spread over 1,000 objects, where
+//     group commit cannot help and the disk's fsync rate is the limit.
+//   - BenchmarkBaseline: the same INSERT on bare *sql.DBs (WAL,
+//     synchronous=FULL, one connection each): one transaction per insert
+//     (compare BenchmarkWrite/sync=FULL/callers=1), 64 per transaction
+//     (compare callers=64), and one per insert over 1,000 files from 64
+//     goroutines (compare BenchmarkManyKeys). Divide a runtime figure by
+//     its baseline to read the overhead.
+//   - BenchmarkLostUpdates: SEMANTICS C2 as a number: updates lost when a
+//     turn awaits between its read and its write, and none when it does not.
+//
+// Every benchmark opens its own runtime over a fresh temporary directory
+// and closes it.
+//
+// # Reading the units
+//
+// ns/op, B/op and allocs/op are per call (per insert for the baseline,
+// per activation or per object created for Activate, per round of 1,000
+// objects for Resident, per round of 50 reservations for LostUpdates).
+// The named units are:
+//
+//   - calls/s: completed calls (or inserts) per second of benchmark time,
+//     over all callers: b.N / b.Elapsed(). It is the inverse of ns/op,
+//     stated the way the targets are.
+//   - commits/op: durable commits per call (Runtime.Stats().Commits / b.N).
+//     1 means every call paid its own fsync; 1/64 means 64 calls shared one.
+//   - p50-activate-us, p90-activate-us: median and 90th percentile latency
+//     of one activation of an evicted object, in microseconds.
+//   - objects/s: new objects created (constructor run, first commit made)
+//     per second.
+//   - B/resident-object: Go heap and stack in use per resident idle
+//     object (HeapInuse+StackInuse growth after a GC, divided by the
+//     objects). rss-B/resident-object: the process's resident set growth
+//     per object, which includes SQLite's own memory (allocated outside the
+//     Go heap by modernc.org/libc) and the page cache of its files' maps.
+//   - lost-updates: reservations that reported success but whose decrement
+//     was overwritten, per round of 50 concurrent reservations.
+//
+// The machine matters: throughput of durable writes is bounded by how many
+// fsyncs per second the disk does, and BenchmarkBaseline/txn=per-insert is
+// that bound for one file. Use medians of several counts; shared machines
+// are noisy.
+package bench
