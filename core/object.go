@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -43,16 +44,17 @@ type object struct {
 	hasStore atomic.Bool // a database is open
 
 	// Touched only by the gate holder.
-	inst    any
-	built   bool
-	cur     *turnCtx // the turn running now, nil between turns
-	store   *store
-	batch   *batch // open group-commit batch, nil when nothing is uncommitted
-	spOpen  bool   // the current turn segment has a savepoint (or owns the transaction)
-	spIsTx  bool   // the segment opened the batch: its "savepoint" is the transaction itself
-	txDepth int    // nested Storage.Transaction depth
-	reads   atomic.Int64
-	writes  atomic.Int64
+	inst      any
+	built     bool
+	cur       *turnCtx // the turn running now, nil between turns
+	store     *store
+	batch     *batch // open group-commit batch, nil when nothing is uncommitted
+	spOpen    bool   // the current turn segment has a savepoint (or owns the transaction)
+	spIsTx    bool   // the segment opened the batch: its "savepoint" is the transaction itself
+	lastBatch int    // turns in the last batch committed
+	txDepth   int    // nested Storage.Transaction depth
+	reads     atomic.Int64
+	writes    atomic.Int64
 
 	segTimers   bool      // the current segment changed a timer
 	batchTimers bool      // the open batch changed a timer
@@ -183,7 +185,7 @@ func (o *object) release() {
 			continue
 		}
 		o.held = false
-		o.lastActive = time.Now()
+		o.lastActive = o.rt.coarseNow()
 		o.mu.Unlock()
 		return
 	}
@@ -221,8 +223,23 @@ func (o *object) tryEvict(force bool) bool {
 
 // closeStore finishes an eviction: it forgets the instance and closes the
 // database. The object is unreachable by then.
-func (o *object) closeStore() error {
+func (o *object) closeStore() error { return o.closeRemoved(o.detach()) }
+
+// detach is the first half of closeStore: the object leaves its namespace
+// (an activation of the same name now waits for the close) and stops
+// counting as open.
+func (o *object) detach() chan struct{} {
 	ch := o.ns.remove(o)
+	if o.store != nil {
+		o.hasStore.Store(false)
+		o.rt.stats.openDBs.Add(-1)
+	}
+	o.rt.stats.evictions.Add(1)
+	return ch
+}
+
+// closeRemoved is the second half: the database is closed (a checkpoint).
+func (o *object) closeRemoved(ch chan struct{}) error {
 	defer o.ns.closed(o.id, ch)
 	var err error
 	if o.batch != nil { // not expected: the gate is never freed with a batch open
@@ -232,10 +249,7 @@ func (o *object) closeStore() error {
 	if o.store != nil {
 		err = errors.Join(err, o.store.close())
 		o.store = nil
-		o.hasStore.Store(false)
-		o.rt.stats.openDBs.Add(-1)
 	}
-	o.rt.stats.evictions.Add(1)
 	return err
 }
 
@@ -355,7 +369,16 @@ func (o *object) leave(_ *turnCtx) (*batch, error) {
 	b := o.batch
 	var err error
 	if b != nil {
-		if b.turns >= o.rt.opts.MaxBatch || !o.queued() {
+		queued := o.queued()
+		if !queued && b.turns == 1 && o.lastBatch > 1 {
+			// The callers of the last batch were all released at once by
+			// its commit; the first one back should not commit alone while
+			// the others are on their way. Give them a moment to queue.
+			runtime.Gosched()
+			queued = o.queued()
+		}
+		if b.turns >= o.rt.opts.MaxBatch || !queued {
+			o.lastBatch = b.turns
 			err = o.commit()
 			b = nil
 		}

@@ -125,7 +125,9 @@ func openStore(path, synchronous string, template func() ([]byte, error)) (*stor
 		}
 	}
 	u := url.URL{Scheme: "file", Path: path}
-	dsn := u.String() + "?_pragma=journal_mode(WAL)&_pragma=synchronous(" + synchronous + ")&_pragma=busy_timeout(10000)"
+	// No journal_mode pragma: every database starts as a copy of the
+	// template, whose header already says WAL, and WAL mode persists.
+	dsn := u.String() + "?_pragma=synchronous(" + synchronous + ")&_pragma=busy_timeout(10000)"
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, err
