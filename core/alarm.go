@@ -225,6 +225,7 @@ func (o *object) deliver(ctx context.Context, run *alarmRun, row timerRow) (*Dea
 	policy := o.rt.opts.AlarmRetry
 	isAlarm := row.owner == "" && row.key == ""
 	run.isAlarm, run.setDuring = isAlarm, nil
+	var advanced int64 // a recurring timer's next tick, as the run set it
 	now := o.rt.now()
 	herr := o.invoke(ctx, func(ctx context.Context, inst any) error {
 		// The timer is no longer pending while it runs (A13); a recurring
@@ -234,6 +235,7 @@ func (o *object) deliver(ctx context.Context, run *alarmRun, row timerRow) (*Dea
 			if err != nil {
 				return err
 			}
+			advanced = next.UnixNano()
 			if row.retry == 0 && row.missed == MissedSkip {
 				if late, err := nextTick(row.cron, time.Unix(0, row.at)); err == nil && !late.After(now) {
 					return o.putTimer(row.with(next.UnixNano()))
@@ -276,15 +278,21 @@ func (o *object) deliver(ctx context.Context, run *alarmRun, row timerRow) (*Dea
 	var dropped *DeadLetter
 	perr := o.invoke(ctx, func(context.Context, any) error {
 		now := o.rt.now()
-		if row.owner != "" && row.cron == "" {
-			// A facet that set a new timer while it ran: that one stands (A14).
-			if _, ok, err := o.getTimer(row.owner, row.key); err != nil || ok {
-				return err
-			}
+		if isAlarm && run.setDuring != nil { // the handler's new alarm stands (A14)
+			return o.putTimer(timerRow{at: *run.setDuring, first: *run.setDuring})
+		}
+		// A timer set while the run was inside Await (by the handler, by
+		// another turn, or by a facet through its root) stands too: only
+		// the timer that ran is retried (A14). Unchanged means the row is
+		// as it ran, or as the run left it (deleted, or at its next tick).
+		cur, ok, err := o.getTimer(row.owner, row.key)
+		if err != nil {
+			return err
+		}
+		if ok && !cur.same(row) && (row.cron == "" || cur.at != advanced) {
+			return nil
 		}
 		switch {
-		case isAlarm && run.setDuring != nil: // the handler's new alarm stands (A14)
-			return o.putTimer(timerRow{at: *run.setDuring, first: *run.setDuring})
 		case row.retry < policy.MaxRetries:
 			r := row
 			r.at, r.retry = now.Add(policy.Delay(row.retry+1)).UnixNano(), row.retry+1

@@ -40,7 +40,7 @@ func TestAlarmCrashChild(t *testing.T) {
 	require.NoError(t, err)
 	ns, err := core.Register(rt, "clocks", func(st *core.State) (*crashClock, error) { return &crashClock{st: st}, nil })
 	require.NoError(t, err)
-	due := time.Now().Add(300 * time.Millisecond)
+	due := time.Now().Add(time.Hour) // not due in the child, however slow it is
 	for i := range 20 {
 		s, err := ns.Get(fmt.Sprint("c", i))
 		require.NoError(t, err)
@@ -73,7 +73,8 @@ func TestAlarm_SurvivesSIGKILL(t *testing.T) {
 	require.NoError(t, cmd.Process.Kill()) // SIGKILL: no Close, no flush
 	cmd.Wait()
 
-	rt, err := core.Open(core.Options{Dir: dir})
+	// Restart with the alarm clock two hours ahead: every alarm is due.
+	rt, err := core.Open(core.Options{Dir: dir, Now: func() time.Time { return time.Now().Add(2 * time.Hour) }})
 	require.NoError(t, err)
 	defer rt.Close()
 	fired := make(chan string, 100)

@@ -572,3 +572,29 @@ func TestAlarm_DueBeforeRegister(t *testing.T) {
 		require.Len(t, l.of("alarm"), 10)
 	})
 }
+
+// S-A14: an alarm set by another turn while the failing handler was
+// inside Await stands; the failed run is not retried over it.
+func TestAlarm_SetByAnotherTurnDuringAwait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := openClocks(t, noJitter, func(ctx context.Context, cl *clock, info core.AlarmInfo) error {
+			if err := cl.st.Sleep(ctx, time.Second); err != nil {
+				return err
+			}
+			if info.RetryCount == 0 && len(cl.log.of("alarm")) == 1 {
+				return errors.New("fails after the await")
+			}
+			return nil
+		}, nil)
+		t0 := time.Now()
+		c.do(t, "o", func(cl *clock) error { return cl.st.SetAlarm(t0) })
+		time.Sleep(500 * time.Millisecond)
+		c.do(t, "o", func(cl *clock) error { return cl.st.SetAlarm(t0.Add(time.Hour)) })
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		at, ok := c.alarm(t, "o")
+		require.True(t, ok)
+		require.Equal(t, t0.Add(time.Hour), at, "the other turn's alarm stands")
+		require.Len(t, c.log.of("alarm"), 1, "no retry of the failed run")
+	})
+}

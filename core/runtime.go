@@ -59,7 +59,7 @@ type Options struct {
 
 	// Now is the clock alarms and schedules are due by (default time.Now).
 	// Tests and benchmarks may shift it; timers already waiting notice a
-	// shift within 200 ms. Idle eviction always uses time.Now.
+	// shift within 1 s. Idle eviction always uses time.Now.
 	Now func() time.Time
 
 	// OnAlarmDropped is called after an alarm that ran out of retries was
@@ -314,7 +314,7 @@ func (rt *Runtime) snapshotNamespaces() []*namespace {
 func (rt *Runtime) janitor() {
 	defer close(rt.done)
 	every := rt.opts.IdleTimeout / 4
-	every = min(max(every, time.Millisecond), 100*time.Millisecond)
+	every = min(max(every, time.Millisecond), time.Second)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -328,7 +328,7 @@ func (rt *Runtime) janitor() {
 	}
 }
 
-// coarseNow is time.Now to within the janitor's tick (at most 100 ms), at
+// coarseNow is time.Now to within the janitor's tick (at most 1 s), at
 // the cost of an atomic load: the turn gate stamps every release with it.
 func (rt *Runtime) coarseNow() time.Time { return time.Unix(0, rt.clock.Load()) }
 

@@ -204,7 +204,7 @@ func (s *scheduler) loop() {
 	defer timer.Stop()
 	// The loop re-reads the clock at least this often, so that a shift
 	// of Options.Now is noticed.
-	recheck := time.NewTicker(200 * time.Millisecond)
+	recheck := time.NewTicker(time.Second)
 	defer recheck.Stop()
 	for {
 		s.mu.Lock()
@@ -251,18 +251,22 @@ func (s *scheduler) loop() {
 // background, so that the loop never waits for the disk.
 func (s *scheduler) flusher() {
 	defer s.wg.Done()
-	t := time.NewTicker(200 * time.Millisecond)
-	defer t.Stop()
 	for {
 		select {
 		case <-s.stop:
 			return
+		case <-s.ix.pending:
+		}
+		// Let more lazy changes gather, then write them in one commit.
+		t := time.NewTimer(100 * time.Millisecond)
+		select {
+		case <-s.stop:
+			t.Stop()
+			return
 		case <-t.C:
-			if s.ix.hasPending() {
-				if err := s.ix.do(ixOp{}, true); err != nil {
-					s.rt.log.Warn("alarm index write failed", "event", "index_fault", "error", err)
-				}
-			}
+		}
+		if err := s.ix.do(ixOp{}, true); err != nil {
+			s.rt.log.Warn("alarm index write failed", "event", "index_fault", "error", err)
 		}
 	}
 }
@@ -346,6 +350,8 @@ type index struct {
 	cur      *ixBatch   // ops waiting for the next commit
 	flushing bool       // a leader is committing
 
+	pending chan struct{} // signalled when a lazy change waits to be written
+
 	connMu sync.Mutex // serializes use of conn and stmts
 	stmts  map[ixKind]*sql.Stmt
 }
@@ -398,7 +404,7 @@ CREATE TABLE IF NOT EXISTS dead_letters(seq INTEGER PRIMARY KEY AUTOINCREMENT, n
   id TEXT NOT NULL, path TEXT NOT NULL, key TEXT NOT NULL, kind TEXT NOT NULL, payload BLOB,
   scheduled INTEGER NOT NULL, attempts INTEGER NOT NULL, last_error TEXT NOT NULL, dropped INTEGER NOT NULL)`)
 	}
-	ix := &index{db: db, conn: conn, stmts: make(map[ixKind]*sql.Stmt)}
+	ix := &index{db: db, conn: conn, stmts: make(map[ixKind]*sql.Stmt), pending: make(chan struct{}, 1)}
 	for k, q := range ixQueries {
 		if err != nil {
 			break
@@ -444,11 +450,6 @@ func (ix *index) load(fn func(ns, id, name string, at int64)) error {
 	return rows.Err()
 }
 
-func (ix *index) hasPending() bool {
-	ix.mu.Lock()
-	defer ix.mu.Unlock()
-	return ix.cur != nil
-}
 
 // do queues op (ixNone: nothing, just flush). With wait, it returns once
 // op is durable; without, op is written with the next commit.
@@ -465,6 +466,10 @@ func (ix *index) doOp(op ixOp, wait bool) error {
 	}
 	if !wait {
 		ix.mu.Unlock()
+		select { // wake the flusher
+		case ix.pending <- struct{}{}:
+		default:
+		}
 		return nil
 	}
 	if ix.flushing { // the leader will commit our batch after its own

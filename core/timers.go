@@ -40,6 +40,13 @@ func (r timerRow) with(at int64) timerRow {
 	return r
 }
 
+// same reports whether two rows are the same timer in the same state.
+func (r timerRow) same(o timerRow) bool {
+	return r.owner == o.owner && r.key == o.key && r.at == o.at && r.retry == o.retry &&
+		r.first == o.first && r.kind == o.kind && string(r.payload) == string(o.payload) &&
+		r.cron == o.cron && r.missed == o.missed
+}
+
 const timerCols = "owner, key, at, retry, first, kind, payload, cron, missed"
 
 func scanTimer(sc interface{ Scan(...any) error }) (timerRow, error) {
