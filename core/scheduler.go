@@ -450,7 +450,6 @@ func (ix *index) load(fn func(ns, id, name string, at int64)) error {
 	return rows.Err()
 }
 
-
 // do queues op (ixNone: nothing, just flush). With wait, it returns once
 // op is durable; without, op is written with the next commit.
 func (ix *index) do(op ixOp, wait bool) error { return ix.doOp(op, wait) }

@@ -1,6 +1,19 @@
-// Command cookbook demonstrates the durable runtime: it runs the
-// coordinator experiment (SEMANTICS C1 and C2) on a fresh data directory
-// and prints what happened.
+// Command cookbook is the workshop. Its default subcommand, serve, starts
+// an HTTP server that reproduces the seeds' hands-on sessions (the
+// seed's curl lines work against it as they did against wrangler dev), with
+// routes for every pattern of the cookbook and a live page at /. The
+// subcommand tour runs every experiment of the seeds in-process on a fast
+// clock and prints, for each, what the original runtime showed and what
+// this one shows.
+//
+// Usage:
+//
+//	go run ./cmd/cookbook [serve] [-addr 127.0.0.1:8787] [-data DIR] [-fast]
+//	go run ./cmd/cookbook tour [-scale 20]
+//
+// serve stops on SIGINT or SIGTERM: it stops accepting requests, lets those
+// in flight finish, then closes the runtime, which closes every WebSocket
+// with 1001 (going away) and keeps every pending alarm for the next start.
 package main
 
 import (
@@ -8,22 +21,61 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
-	"sync"
-	"sync/atomic"
+	"os/signal"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/durable-go/durable/core"
 )
 
 func main() {
-	if err := run(context.Background(), os.Args[1:]); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(2)
+		}
 		fmt.Fprintln(os.Stderr, "cookbook:", err)
 		os.Exit(1)
 	}
 }
 
-// item is an inventory item with one row of stock.
+// run runs the subcommand named by args[0] (serve when there is none) until
+// it ends or ctx is done.
+func run(ctx context.Context, args []string) error {
+	return runTo(ctx, args, os.Stdout, os.Stderr)
+}
+
+func runTo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cmd := "serve"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "serve":
+		return serve(ctx, args, stdout, stderr, nil)
+	case "tour":
+		return tourCommand(ctx, args, stdout, stderr)
+	case "help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprint(stderr, usage)
+	return fmt.Errorf("unknown command %q", cmd)
+}
+
+const usage = `usage:
+  cookbook [serve] [-addr 127.0.0.1:8787] [-data DIR] [-fast]   the workshop server (default)
+  cookbook tour [-scale 20]                                     every experiment of the seeds, in-process
+  cookbook help
+`
+
+// item is an inventory item with one row of stock: the seed's coordinator
+// (seed 003) as it is written there, run by the tour. Chapter 1 of
+// cookbook.md quotes its reserve.
 type item struct{ st *core.State }
 
 func newItem(st *core.State) (*item, error) {
@@ -57,61 +109,4 @@ func (it *item) reserve(ctx context.Context, qty int, wait time.Duration) (bool,
 		}
 	}
 	return true, it.setStock(left - qty)
-}
-
-func run(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("cookbook", flag.ContinueOnError)
-	dir := fs.String("data", "", "data directory (default: a temporary one)")
-	n := fs.Int("n", 50, "concurrent reserves")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	rt, err := core.Open(core.Options{Dir: *dir})
-	if err != nil {
-		return err
-	}
-	defer rt.Close()
-	ns, err := core.Register(rt, "inventory", newItem)
-	if err != nil {
-		return err
-	}
-	for _, wait := range []time.Duration{0, time.Millisecond} {
-		stub, err := ns.Get(fmt.Sprintf("sku-wait-%v", wait))
-		if err != nil {
-			return err
-		}
-		if err := core.Do(ctx, stub, func(_ context.Context, it *item) error { return it.setStock(*n) }); err != nil {
-			return err
-		}
-		var ok atomic.Int64
-		var wg sync.WaitGroup
-		errs := make(chan error, *n)
-		for range *n {
-			wg.Go(func() {
-				got, err := core.Call(ctx, stub, func(ctx context.Context, it *item) (bool, error) { return it.reserve(ctx, 1, wait) })
-				if err != nil {
-					errs <- err
-				}
-				if got {
-					ok.Add(1)
-				}
-			})
-		}
-		wg.Wait()
-		close(errs)
-		if err := <-errs; err != nil {
-			return err
-		}
-		left, err := core.Call(ctx, stub, func(_ context.Context, it *item) (int, error) { return it.stock() })
-		if err != nil {
-			return err
-		}
-		label := "no await between read and write (C1)"
-		if wait > 0 {
-			label = fmt.Sprintf("a %v await between read and write (C2)", wait)
-		}
-		fmt.Printf("%-45s stock %d, %d reserves: %d succeeded, stock now %d, lost updates %d\n",
-			label, *n, *n, ok.Load(), left, int(ok.Load())-(*n-left))
-	}
-	return nil
 }
