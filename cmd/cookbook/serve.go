@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/durable-go/durable/core"
+)
+
+// fastRetry is the -fast retry ladder: 100 ms, 200 ms, ... 3.2 s, so that
+// a failing alarm reaches the dead-letter table in about 6 s instead of
+// about 2 min.
+var fastRetry = core.RetryPolicy{FirstDelay: 100 * time.Millisecond}
+
+// shutdownGrace is how long serve waits for requests in flight to finish.
+const shutdownGrace = 10 * time.Second
+
+// serve runs the workshop server until ctx is done. ready, if not nil, is
+// called with the address once the server listens.
+func serve(ctx context.Context, args []string, stdout, stderr io.Writer, ready func(addr string)) error {
+	fs := flag.NewFlagSet("cookbook serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("addr", "127.0.0.1:8787", "address to listen on")
+	data := fs.String("data", defaultDataDir(), "data directory: the objects' databases, alarms and dead letters")
+	fast := fs.Bool("fast", envBool("COOKBOOK_FAST"), "retry failed alarms after 100 ms, 200 ms, ... 3.2 s instead of 2 s ... 64 s (also COOKBOOK_FAST=1)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("serve: unexpected arguments %q", fs.Args())
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	opts := core.Options{Dir: *data, Logger: log}
+	if *fast {
+		opts.AlarmRetry = fastRetry
+	}
+	rt, err := core.Open(opts)
+	if err != nil {
+		return err
+	}
+	a, err := newApp(rt, appConfig{StorePath: filepath.Join(rt.Dir(), "analytics.sqlite"), Logger: log})
+	if err != nil {
+		return errors.Join(err, rt.Close())
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return errors.Join(err, rt.Close(), a.Close())
+	}
+	srv := &http.Server{
+		Handler:           a.handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	printBanner(stdout, ln.Addr().String(), rt.Dir(), *fast)
+	if ready != nil {
+		ready(ln.Addr().String())
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-served: // the listener failed
+	}
+	fmt.Fprintln(stdout, "cookbook: shutting down: finishing requests, then closing WebSockets (1001) and keeping alarms")
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	// Shutdown waits for requests in flight, not for hijacked connections:
+	// the WebSockets belong to the runtime, whose Close ends them with 1001.
+	shutErr := srv.Shutdown(sctx)
+	if serveErr == nil {
+		serveErr = <-served
+	}
+	if errors.Is(serveErr, http.ErrServerClosed) {
+		serveErr = nil
+	}
+	return errors.Join(serveErr, shutErr, rt.Close(), a.Close())
+}
+
+// defaultDataDir is a directory in the user's cache, or ./cookbook-data.
+func defaultDataDir() string {
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "durable-cookbook")
+	}
+	return "cookbook-data"
+}
+
+func envBool(name string) bool {
+	b, _ := strconv.ParseBool(os.Getenv(name))
+	return b
+}
+
+func printBanner(w io.Writer, addr, dir string, fast bool) {
+	ladder := "2 s, 4 s, ... 64 s, as the original (-fast: 100 ms ... 3.2 s)"
+	if fast {
+		ladder = "100 ms, 200 ms, ... 3.2 s (-fast)"
+	}
+	fmt.Fprintf(w, `durable cookbook: the workshop
+  page    http://%[1]s/
+  data    %[2]s
+  retries %[3]s
+
+Seed 000's hands-on session:
+  B=%[1]s
+  curl -s "$B/reset"
+  curl -s "$B/armtwice"          # one alarm per object
+  curl -s "$B/deleteall?o=da"    # DeleteAll takes the alarm with it
+  curl -s "$B/hit?n=5"           # five hits, one alarm
+  sleep 4 && curl -s "$B/state"  # one flush, n=5
+  curl -s "$B/reset?o=fail"; curl -s "$B/mode?o=fail&m=throw"; curl -s "$B/arm?o=fail&ms=500"
+  watch -n 20 "curl -s '$B/state?o=fail' | jq '[.alarm, (.events|length)]'"
+  curl -s "$B/deadletters"       # where the original loses it
+The patterns:
+  curl -s "$B/limit?key=me&n=7"
+  curl -s "$B/inventory/race?n=50&await=1ms"
+  curl -s "$B/session/touch?id=s1&key=user&value=ada"; curl -s "$B/session/get?id=s1&key=user"
+  curl -s "$B/counter/record?link=l1&n=5"; curl -s "$B/counter/stats?link=l1"
+  curl -s "$B/routes"
+Ctrl-C stops it.
+`, addr, dir, ladder)
+}

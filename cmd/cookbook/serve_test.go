@@ -1,0 +1,155 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/durable-go/durable/core"
+	"github.com/gorilla/websocket"
+)
+
+// server is serve running in the background on a loopback port.
+type server struct {
+	addr string
+	stop context.CancelFunc
+	done chan error
+	out  *syncBuffer
+}
+
+// startServe runs serve with args on 127.0.0.1:0 and waits until it
+// listens.
+func startServe(t *testing.T, args ...string) *server {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	s := &server{stop: cancel, done: make(chan error, 1), out: &syncBuffer{}}
+	ready := make(chan string, 1)
+	args = append([]string{"-addr", "127.0.0.1:0"}, args...)
+	go func() { s.done <- serve(ctx, args, s.out, s.out, func(addr string) { ready <- addr }) }()
+	select {
+	case s.addr = <-ready:
+	case err := <-s.done:
+		t.Fatalf("serve: %v\n%s", err, s.out.String())
+	}
+	t.Cleanup(func() {
+		cancel()
+		<-s.done // drained by shutdown when the test did not
+	})
+	return s
+}
+
+// shutdown stops the server as SIGINT does and returns serve's error.
+func (s *server) shutdown() error {
+	s.stop()
+	err := <-s.done
+	s.done <- err // for the cleanup
+	return err
+}
+
+func (s *server) get(t *testing.T, path string, v any) {
+	t.Helper()
+	resp, err := http.Get("http://" + s.addr + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s", path, resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+}
+
+// Serving, then a shutdown: WebSockets get 1001, alarms survive the
+// restart.
+func TestServe_ShutsDownGracefullyAndKeepsAlarms(t *testing.T) {
+	dir := t.TempDir()
+	s := startServe(t, "-data", dir)
+	if !strings.Contains(s.out.String(), "http://"+s.addr+"/") || !strings.Contains(s.out.String(), dir) {
+		t.Errorf("the banner lacks the URL or the data directory:\n%s", s.out.String())
+	}
+	var armed struct{ Alarm int64 }
+	s.get(t, "/arm?o=keep&ms=3600000", &armed)
+
+	c, _, err := websocket.DefaultDialer.Dial("ws://"+s.addr+"/room/lobby?name=ann", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, live, err := c.ReadMessage(); err != nil || string(live) != "!live 0" {
+		t.Fatalf("join: got %q, %v", live, err)
+	}
+
+	// Read while the server shuts down, as a browser does: gorilla answers
+	// the Close frame, and closing our side ends the runtime's wait.
+	ended := make(chan error, 1)
+	go func() {
+		_, _, err := c.ReadMessage()
+		c.Close()
+		ended <- err
+	}()
+	if err := s.shutdown(); err != nil {
+		t.Fatalf("serve returned %v\n%s", err, s.out.String())
+	}
+	err = <-ended
+	var ce *websocket.CloseError
+	if !errors.As(err, &ce) || ce.Code != core.CloseGoingAway {
+		t.Errorf("the WebSocket ended with %v, want close %d", err, core.CloseGoingAway)
+	}
+
+	s2 := startServe(t, "-data", dir)
+	var st LabState
+	s2.get(t, "/state?o=keep", &st)
+	if st.Alarm == nil || *st.Alarm != armed.Alarm {
+		t.Errorf("after the restart the alarm is %v, want %d", st.Alarm, armed.Alarm)
+	}
+}
+
+func TestServe_Flags(t *testing.T) {
+	var out bytes.Buffer
+	if err := serve(t.Context(), []string{"-nope"}, &out, &out, nil); err == nil {
+		t.Error("serve -nope: no error")
+	}
+	if err := serve(t.Context(), []string{"extra"}, &out, &out, nil); err == nil {
+		t.Error("serve extra: no error")
+	}
+	s := startServe(t, "-data", t.TempDir(), "-fast")
+	if !strings.Contains(s.out.String(), "100 ms, 200 ms, ... 3.2 s (-fast)") {
+		t.Errorf("the banner does not show the fast ladder:\n%s", s.out.String())
+	}
+}
+
+func TestRun_Commands(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if err := runTo(t.Context(), []string{"help"}, &out, &errOut); err != nil || !strings.Contains(out.String(), "cookbook tour") {
+		t.Errorf("help: %v, %q", err, out.String())
+	}
+	if err := runTo(t.Context(), []string{"bake"}, &out, &errOut); err == nil || !strings.Contains(err.Error(), `unknown command "bake"`) {
+		t.Errorf("bake: got %v", err)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the server's and the test's
+// goroutines.
+type syncBuffer struct {
+	mu sync.Mutex // protects b
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

@@ -1,0 +1,243 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/durable-go/durable/core"
+)
+
+// The tour runs every experiment of the seeds in-process and compares
+// what it sees with what the seeds measured on the original runtime. It
+// runs on a fast clock: every duration of the seeds (the 2 s debounce, the
+// 2 s ... 64 s retry ladder, the waits between curls) is divided by
+// Scale, with the retry jitter off so that the ladder is the seed's to the
+// millisecond, and times are printed back in the seed's units.
+
+// tourOptions configure the tour.
+type tourOptions struct {
+	Scale float64 // how many times faster than the seeds' clock (20: the 126 s ladder takes 6.3 s)
+}
+
+// A tourRow is one line of the tour's final table.
+type tourRow struct {
+	Experiment string
+	Seed       string // what the original runtime showed, from the seeds
+	Here       string // what this runtime showed
+	Match      bool
+}
+
+// tourCommand is `cookbook tour`.
+func tourCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("cookbook tour", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	scale := fs.Float64("scale", 20, "how many times faster than the seeds' clock to run (1 to 200)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("tour: unexpected arguments %q", fs.Args())
+	}
+	if *scale < 1 || *scale > 200 {
+		return fmt.Errorf("tour: -scale %v: want 1 to 200", *scale)
+	}
+	rows, err := runTour(ctx, stdout, tourOptions{Scale: *scale})
+	if err != nil {
+		return err
+	}
+	bad := 0
+	for _, r := range rows {
+		if !r.Match {
+			bad++
+		}
+	}
+	if bad > 0 {
+		return fmt.Errorf("tour: %d of %d results differ from the seeds", bad, len(rows))
+	}
+	return nil
+}
+
+// tour is the state of one run.
+type tour struct {
+	ctx   context.Context
+	out   io.Writer
+	scale float64
+	rt    *core.Runtime
+	app   *app
+	h     http.Handler
+}
+
+// experiment is one experiment of the seeds; it prints its transcript and
+// returns its rows.
+type experiment struct {
+	title string
+	ref   string
+	run   func(t *tour) ([]tourRow, error)
+}
+
+// seedTime converts a duration of the seeds into the tour's clock.
+func (t *tour) seedTime(d time.Duration) time.Duration { return time.Duration(float64(d) / t.scale) }
+
+// seedSecs converts a duration measured here into seconds of the seeds.
+func (t *tour) seedSecs(d time.Duration) float64 { return d.Seconds() * t.scale }
+
+// runTour runs every experiment, printing the transcripts and the final
+// table to w, and returns the table. It fails only if the runtime cannot
+// be set up; an experiment that fails is a row that does not match.
+func runTour(ctx context.Context, w io.Writer, opts tourOptions) ([]tourRow, error) {
+	if opts.Scale <= 0 {
+		opts.Scale = 20
+	}
+	out := &lockedWriter{w: w}
+	t := &tour{ctx: ctx, out: out, scale: opts.Scale}
+	quiet := slog.New(slog.DiscardHandler)
+	rt, err := core.Open(core.Options{
+		AlarmRetry:  core.RetryPolicy{FirstDelay: t.seedTime(2 * time.Second), Jitter: -1},
+		IdleTimeout: t.seedTime(10 * time.Second), // the original's ~10 s before hibernation
+		Logger:      quiet,
+		OnAlarmDropped: func(dl core.DeadLetter) {
+			fmt.Fprintf(out, "  [runtime] event=alarm_dropped seq=%d object=%s/%s attempts=%d error=%q\n", dl.Seq, dl.Namespace, dl.Name, dl.Attempts, dl.LastError)
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	storeDir, err := os.MkdirTemp("", "cookbook-tour-")
+	if err != nil {
+		return nil, errors.Join(err, rt.Close())
+	}
+	defer os.RemoveAll(storeDir)
+	a, err := newApp(rt, appConfig{
+		Debounce:   t.seedTime(2 * time.Second),
+		SessionTTL: t.seedTime(30 * time.Second),
+		FlushAfter: t.seedTime(30 * time.Second),
+		StorePath:  filepath.Join(storeDir, "analytics.sqlite"),
+		Logger:     quiet,
+	})
+	if err != nil {
+		return nil, errors.Join(err, rt.Close())
+	}
+	t.rt, t.app, t.h = rt, a, a.handler()
+
+	fmt.Fprintf(out, "The tour: every experiment of the seeds, in-process, %g times faster than the seeds' clock\n", t.scale)
+	fmt.Fprintf(out, "(alarm retries after %v, %v, ... with no jitter; times below are in the seeds' seconds).\n",
+		t.seedTime(2*time.Second), t.seedTime(4*time.Second))
+	exps := experiments()
+	var rows []tourRow
+	for i, e := range exps {
+		fmt.Fprintf(out, "\n== [%d/%d] %s (%s)\n", i+1, len(exps), e.title, e.ref)
+		start := time.Now()
+		got, err := e.run(t)
+		if err != nil {
+			fmt.Fprintf(out, "  error: %v\n", err)
+			got = append(got, tourRow{Experiment: e.title, Seed: "-", Here: "error: " + err.Error()})
+		}
+		verdict := "matches the seed"
+		for _, r := range got {
+			if !r.Match {
+				verdict = "DIFFERS from the seed"
+			}
+		}
+		fmt.Fprintf(out, "-> %s (%.1f s)\n", verdict, time.Since(start).Seconds())
+		rows = append(rows, got...)
+	}
+	cerr := errors.Join(rt.Close(), a.Close())
+
+	fmt.Fprintf(out, "\n== Summary\n")
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "#\texperiment\toriginal runtime (seeds)\there\tmatch")
+	matched := 0
+	for i, r := range rows {
+		m := "no"
+		if r.Match {
+			m, matched = "yes", matched+1
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", i+1, r.Experiment, r.Seed, r.Here, m)
+	}
+	tw.Flush()
+	fmt.Fprintf(out, "%d of %d match.\n", matched, len(rows))
+	return rows, cerr
+}
+
+func experiments() []experiment {
+	return []experiment{
+		{"one alarm per object: setAlarm overwrites", "seed 000, A1 A2", (*tour).armTwice},
+		{"deleteAll() deletes the alarm too", "seed 000, A6", (*tour).deleteAll},
+		{"debounce: five hits, one alarm, one flush", "seed 000, A4", (*tour).debounce},
+		{"a handler that always throws: 7 runs, then gone", "seed 000, A5", (*tour).ladder},
+		{"setAlarm(now+500ms); alarm() throws twice", "seed 003, A3 A5 A13", (*tour).flaky},
+		{"an evicted object is woken by its alarm", "seed 000, A7 A8", (*tour).wake},
+		{"coordinator: 50 concurrent reserves", "seed 003, C1 C2", (*tour).coordinator},
+		{"rate limiter: 5 per 60 s, 7 calls", "seed 003, L1", (*tour).limiter},
+		{"room: two WebSocket clients, hello, ping", "seed 003, R3 R4 R10", (*tour).room},
+		{"LinkCounter: a retried flush writes absolute counts", "seed 000, K2 K3", (*tour).counter},
+		{"session: the alarm deletes the data at the deadline", "seed 003, SE1", (*tour).session},
+		{"facets: a child object's alarm, owned by its parent", "seed 004, F2 F3", (*tour).facet},
+	}
+}
+
+// curl runs GET path against the app as the seed's curl lines do, prints
+// the exchange, and decodes the answer into v (if not nil).
+func (t *tour) curl(path string, v any) error { return t.request(http.MethodGet, path, v) }
+
+// request is curl for any method.
+func (t *tour) request(method, path string, v any) error {
+	flag := ""
+	if method != http.MethodGet {
+		flag = " -X " + method
+	}
+	fmt.Fprintf(t.out, "$ curl -s%s \"localhost:8787%s\"\n", flag, path)
+	req := httptest.NewRequestWithContext(t.ctx, method, path, nil)
+	rec := httptest.NewRecorder()
+	t.h.ServeHTTP(rec, req)
+	t.out.Write(rec.Body.Bytes())
+	if rec.Code != http.StatusOK {
+		return fmt.Errorf("%s %s: %d %s", method, path, rec.Code, strings.TrimSpace(rec.Body.String()))
+	}
+	if v == nil {
+		return nil
+	}
+	return json.Unmarshal(rec.Body.Bytes(), v)
+}
+
+// sleep waits d of the seeds' time, saying so as the seed's transcript does.
+func (t *tour) sleep(d time.Duration) {
+	fmt.Fprintf(t.out, "$ sleep %g   # %v here\n", d.Seconds(), t.seedTime(d))
+	time.Sleep(t.seedTime(d))
+}
+
+func msOrNull(p *int64, name string, ref int64) string {
+	switch {
+	case p == nil:
+		return "null"
+	case *p == ref:
+		return name
+	}
+	return fmt.Sprint(*p)
+}
+
+// lockedWriter serializes writes: the runtime's hooks print from its own
+// goroutines.
+type lockedWriter struct {
+	mu sync.Mutex // protects w
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}

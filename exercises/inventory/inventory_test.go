@@ -1,0 +1,224 @@
+//go:build exercises
+
+package inventory_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/durable-go/durable/core"
+	"github.com/durable-go/durable/core/coretest"
+)
+
+// item returns a stub for a fresh item in a fresh runtime.
+func item(t *testing.T, opts core.Options, await time.Duration, attempts int) (*core.Runtime, *core.Stub[*Inventory]) {
+	t.Helper()
+	rt := coretest.Open(t, opts)
+	ns, err := register(rt, "inventory", await, attempts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stub, err := ns.Get("sku-42")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rt, stub
+}
+
+func stock(t *testing.T, stub *core.Stub[*Inventory]) int {
+	t.Helper()
+	n, err := core.Call(t.Context(), stub, func(ctx context.Context, inv *Inventory) (int, error) { return inv.Stock(ctx) })
+	if err != nil {
+		t.Fatalf("Stock: %v", err)
+	}
+	return n
+}
+
+func restock(t *testing.T, stub *core.Stub[*Inventory], qty int) {
+	t.Helper()
+	if err := core.Do(t.Context(), stub, func(ctx context.Context, inv *Inventory) error { return inv.Restock(ctx, qty) }); err != nil {
+		t.Fatalf("Restock(%d): %v", qty, err)
+	}
+}
+
+func reserve(ctx context.Context, stub *core.Stub[*Inventory], qty int) (bool, error) {
+	return core.Call(ctx, stub, func(ctx context.Context, inv *Inventory) (bool, error) { return inv.Reserve(ctx, qty) })
+}
+
+func TestStock_StartsAtZero(t *testing.T) {
+	_, stub := item(t, core.Options{}, 0, 0)
+	if got := stock(t, stub); got != 0 {
+		t.Errorf("a new item's stock: got %d, want 0", got)
+	}
+}
+
+func TestRestock_AddsUp(t *testing.T) {
+	_, stub := item(t, core.Options{}, 0, 0)
+	restock(t, stub, 5)
+	restock(t, stub, 3)
+	if got := stock(t, stub); got != 8 {
+		t.Errorf("after Restock(5) and Restock(3): got %d, want 8", got)
+	}
+}
+
+func TestReserve_TakesOnlyWhatIsThere(t *testing.T) {
+	_, stub := item(t, core.Options{}, 0, 0)
+	restock(t, stub, 3)
+	for _, step := range []struct {
+		qty   int
+		ok    bool
+		stock int
+	}{
+		{2, true, 1},
+		{2, false, 1}, // not enough: nothing taken
+		{1, true, 0},
+		{1, false, 0},
+	} {
+		ok, err := reserve(t.Context(), stub, step.qty)
+		if err != nil {
+			t.Fatalf("Reserve(%d): %v", step.qty, err)
+		}
+		if got := stock(t, stub); ok != step.ok || got != step.stock {
+			t.Errorf("Reserve(%d): got %t with stock %d, want %t with stock %d", step.qty, ok, got, step.ok, step.stock)
+		}
+	}
+}
+
+func TestQuantities_BelowOneAreInvalid(t *testing.T) {
+	_, stub := item(t, core.Options{}, 0, 0)
+	restock(t, stub, 5)
+	for _, qty := range []int{0, -1} {
+		if _, err := reserve(t.Context(), stub, qty); !errors.Is(err, errInvalidQuantity) {
+			t.Errorf("Reserve(%d): got %v, want ErrInvalidQuantity", qty, err)
+		}
+		err := core.Do(t.Context(), stub, func(ctx context.Context, inv *Inventory) error { return inv.Restock(ctx, qty) })
+		if !errors.Is(err, errInvalidQuantity) {
+			t.Errorf("Restock(%d): got %v, want ErrInvalidQuantity", qty, err)
+		}
+	}
+	if got := stock(t, stub); got != 5 {
+		t.Errorf("invalid calls changed the stock: got %d, want 5", got)
+	}
+}
+
+// SEMANTICS C1: fifty callers at once, nothing lost, nothing oversold.
+func TestReserve_FiftyCallersAreExact(t *testing.T) {
+	_, stub := item(t, core.Options{}, 0, 0)
+	for round := range 5 {
+		restock(t, stub, 50)
+		var mu sync.Mutex // protects yes
+		yes := 0
+		var wg sync.WaitGroup
+		for range 60 { // ten more callers than units
+			wg.Go(func() {
+				ok, err := reserve(t.Context(), stub, 1)
+				if err != nil {
+					t.Errorf("Reserve: %v", err)
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if ok {
+					yes++
+				}
+			})
+		}
+		wg.Wait()
+		if got := stock(t, stub); yes != 50 || got != 0 {
+			t.Fatalf("round %d: %d of 60 reserves succeeded, stock %d; want 50 and 0", round, yes, got)
+		}
+	}
+}
+
+func TestStock_SurvivesARestart(t *testing.T) {
+	dir := t.TempDir()
+	for i, want := range []int{7, 14} {
+		rt, err := core.Open(core.Options{Dir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ns, err := register(rt, "inventory", 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stub, _ := ns.Get("sku-42")
+		restock(t, stub, 7)
+		got := stock(t, stub)
+		if err := rt.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Errorf("run %d: got stock %d, want %d (the constructor must not reset it)", i+1, got, want)
+		}
+	}
+}
+
+// SEMANTICS C3, part 2: an await between read and write, made safe by a
+// version. In a synctest bubble the awaits are exact, and every caller
+// reads before any writes: without the version, updates would be lost.
+func TestReserveVersioned_LosesNoUpdate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, stub := item(t, core.Options{}, time.Millisecond, 30)
+		restock(t, stub, 10)
+		var mu sync.Mutex // protects yes, no
+		yes, no := 0, 0
+		var wg sync.WaitGroup
+		for range 20 {
+			wg.Go(func() {
+				ok, err := core.Call(t.Context(), stub, func(ctx context.Context, inv *Inventory) (bool, error) {
+					return inv.ReserveVersioned(ctx, 1)
+				})
+				if err != nil {
+					t.Errorf("ReserveVersioned: %v", err)
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if ok {
+					yes++
+				} else {
+					no++
+				}
+			})
+		}
+		wg.Wait()
+		if got := stock(t, stub); yes != 10 || no != 10 || got != 0 {
+			t.Errorf("20 callers for 10 units: %d yes, %d no, stock %d; want 10, 10, 0", yes, no, got)
+		}
+	})
+}
+
+func TestReserveVersioned_GivesUpWithErrConflict(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, stub := item(t, core.Options{}, time.Millisecond, 1) // one attempt each
+		restock(t, stub, 10)
+		errs := make(chan error, 2)
+		var wg sync.WaitGroup
+		for range 2 {
+			wg.Go(func() {
+				_, err := core.Call(t.Context(), stub, func(ctx context.Context, inv *Inventory) (bool, error) {
+					return inv.ReserveVersioned(ctx, 1)
+				})
+				errs <- err
+			})
+		}
+		wg.Wait()
+		close(errs)
+		var conflicts, oks int
+		for err := range errs {
+			switch {
+			case err == nil:
+				oks++
+			case errors.Is(err, errConflict):
+				conflicts++
+			default:
+				t.Errorf("ReserveVersioned: %v", err)
+			}
+		}
+		if got := stock(t, stub); oks != 1 || conflicts != 1 || got != 9 {
+			t.Errorf("two callers, one attempt each: %d ok, %d ErrConflict, stock %d; want 1, 1, 9", oks, conflicts, got)
+		}
+	})
+}

@@ -1,0 +1,20 @@
+//go:build exercises && solution
+
+package session_test
+
+import (
+	"time"
+
+	"github.com/durable-go/durable/core"
+	"github.com/durable-go/durable/patterns/session"
+)
+
+// The tests' target with -tags solution: the reference solution.
+
+type Session = session.Session
+
+var errNotFound = session.ErrNotFound
+
+func newSession(ttl time.Duration) func(*core.State) (*Session, error) {
+	return session.Options{TTL: ttl}.New
+}

@@ -1,0 +1,97 @@
+package limiter
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/durable-go/durable/core"
+)
+
+// ErrInvalidLimit is returned by Allow and AllowAt for a limit below 1 or a
+// window that is not positive.
+var ErrInvalidLimit = errors.New("limiter: invalid limit")
+
+// Limiter is the sliding window of one key: the times of the calls it
+// allowed during the last window. Its methods are meant to run as turns of
+// the key's object, through core.Call, and take the turn's context. Turns
+// never overlap, so a Limiter needs no lock.
+type Limiter struct {
+	st *core.State
+}
+
+// New is the constructor to pass to core.Register: it creates the key's
+// table if needed.
+func New(st *core.State) (*Limiter, error) {
+	if _, err := st.Storage().Exec("CREATE TABLE IF NOT EXISTS w(ts INTEGER)"); err != nil {
+		return nil, err
+	}
+	return &Limiter{st: st}, nil
+}
+
+// Decision is the answer to one check.
+type Decision struct {
+	// Allowed reports whether the call may go ahead. An allowed call is
+	// counted in the window; a refused one is not.
+	Allowed bool
+
+	// Limit is the limit the call was checked against.
+	Limit int
+
+	// Remaining is how many more calls the window allows now.
+	Remaining int
+
+	// ResetAt is when the oldest call counted in the window leaves it,
+	// which frees one call: its time plus the window.
+	ResetAt time.Time
+
+	// RetryAfter is how long after this call the next one would be
+	// allowed: zero while Remaining is above zero, else ResetAt minus the
+	// time of this call.
+	RetryAfter time.Duration
+}
+
+// Allow is AllowAt(ctx, time.Now(), limit, window).
+func (l *Limiter) Allow(ctx context.Context, limit int, window time.Duration) (Decision, error) {
+	return l.AllowAt(ctx, time.Now(), limit, window)
+}
+
+// AllowAt checks a call made at now against a limit of limit calls per
+// sliding window of length window, and counts it if it is allowed. A call
+// stays in the window for exactly window: one made at t counts against
+// calls made before t+window, not against one made at t+window.
+func (l *Limiter) AllowAt(ctx context.Context, now time.Time, limit int, window time.Duration) (Decision, error) {
+	if limit < 1 || window <= 0 {
+		return Decision{}, fmt.Errorf("%w: %d calls per %v (want at least 1 per positive window)", ErrInvalidLimit, limit, window)
+	}
+	db := l.st.Storage()
+	t := now.UnixNano()
+	// "<=", where the original has "<": a call made exactly at ResetAt passes.
+	if _, err := db.Exec("DELETE FROM w WHERE ts <= ?", t-int64(window)); err != nil {
+		return Decision{}, err
+	}
+	var n int
+	var oldest sql.NullInt64
+	if err := db.QueryRow("SELECT count(*), min(ts) FROM w").Scan(&n, &oldest); err != nil {
+		return Decision{}, err
+	}
+	d := Decision{Limit: limit}
+	if n < limit {
+		if _, err := db.Exec("INSERT INTO w VALUES (?)", t); err != nil {
+			return Decision{}, err
+		}
+		d.Allowed = true
+		n++
+		if !oldest.Valid {
+			oldest.Int64 = t
+		}
+	}
+	d.Remaining = max(limit-n, 0)
+	d.ResetAt = time.Unix(0, oldest.Int64+int64(window))
+	if d.Remaining == 0 {
+		d.RetryAfter = d.ResetAt.Sub(now)
+	}
+	return d, nil
+}
