@@ -37,7 +37,8 @@ type object struct {
 	qlen       int        // waiters not cancelled
 	awaiting   int        // turns inside Await (the gate is open for them)
 	evicted    bool
-	lastActive time.Time
+	lastActive time.Time // coarse, for idle eviction
+	lastUse    int64     // the runtime's use sequence at the last release, for LRU order
 	free       []*waiter // recycled waiters (their channels belong to this object)
 
 	gone     atomic.Bool // mirrors evicted for lock-free checks
@@ -186,6 +187,7 @@ func (o *object) release() {
 		}
 		o.held = false
 		o.lastActive = o.rt.coarseNow()
+		o.lastUse = o.rt.uses.Add(1)
 		o.mu.Unlock()
 		return
 	}
@@ -206,6 +208,17 @@ func (o *object) idleSince(now time.Time) time.Duration {
 		return 0
 	}
 	return now.Sub(o.lastActive)
+}
+
+// recency returns the use sequence of the object's last release, or -1 if
+// it is busy.
+func (o *object) recency() int64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.held || o.qlen > 0 || o.awaiting > 0 {
+		return -1
+	}
+	return o.lastUse
 }
 
 // tryEvict takes the gate for good if the object is idle. The caller must

@@ -148,6 +148,7 @@ type Runtime struct {
 	isClosed atomic.Bool
 	stats    runtimeStats
 	clock    atomic.Int64   // coarse time.Now, unix ns, updated by the janitor
+	uses     atomic.Int64   // a sequence stamped on objects as they go idle, for LRU
 	closers  sync.WaitGroup // databases being closed in the background
 	sched    *scheduler
 
@@ -351,19 +352,20 @@ func (rt *Runtime) shed() {
 		return
 	}
 	type cand struct {
-		o    *object
-		idle time.Duration
+		o   *object
+		use int64
 	}
-	now := time.Now()
 	var cands []cand
 	for _, ns := range rt.snapshotNamespaces() {
 		for _, o := range ns.snapshot() {
 			if o.hasStore.Load() {
-				cands = append(cands, cand{o, o.idleSince(now)})
+				if use := o.recency(); use >= 0 {
+					cands = append(cands, cand{o, use})
+				}
 			}
 		}
 	}
-	sort.Slice(cands, func(i, j int) bool { return cands[i].idle > cands[j].idle })
+	sort.Slice(cands, func(i, j int) bool { return cands[i].use < cands[j].use })
 	for _, c := range cands {
 		if over <= 0 {
 			return

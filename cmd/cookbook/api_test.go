@@ -74,7 +74,7 @@ func keys(t *testing.T, raw []byte) []string {
 	return out
 }
 
-func TestAPI_SeedSessionShapes(t *testing.T) {
+func TestAPI_OriginalSessionShapes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		_, h := testApp(t, core.Options{})
 		get(t, h, "/reset", nil)
@@ -136,7 +136,7 @@ func TestAPI_SeedSessionShapes(t *testing.T) {
 	})
 }
 
-// The seed's retry run, then the dead letter this runtime keeps and
+// The original's retry run, then the dead letter this runtime keeps and
 // re-arms.
 func TestAPI_RetriesEndInADeadLetter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -337,8 +337,8 @@ func TestPage_IsServedAtTheRoot(t *testing.T) {
 	}
 }
 
-func TestSeedJSON_LaysOutLikeTheSeed(t *testing.T) {
-	got, err := seedJSON(hitResults{Results: []HitResult{{true, 1}, {false, 1}}})
+func TestOrigJSON_LaysOutLikeTheOriginal(t *testing.T) {
+	got, err := origJSON(hitResults{Results: []HitResult{{true, 1}, {false, 1}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -351,11 +351,11 @@ func TestSeedJSON_LaysOutLikeTheSeed(t *testing.T) {
 	if string(got) != want {
 		t.Errorf("got\n%s\nwant\n%s", got, want)
 	}
-	got, _ = seedJSON(map[string]any{})
+	got, _ = origJSON(map[string]any{})
 	if string(got) != "{}" {
 		t.Errorf("empty object: got %s", got)
 	}
-	got, _ = seedJSON([]int{1, 2})
+	got, _ = origJSON([]int{1, 2})
 	if string(got) != "[1, 2]" {
 		t.Errorf("array: got %s", got)
 	}

@@ -15,7 +15,7 @@ import (
 )
 
 // appConfig configures the workshop's objects. The zero value is the
-// seed's numbers.
+// original's numbers.
 type appConfig struct {
 	Debounce   time.Duration // the lab's flush after the first hit (default 2 s)
 	SessionTTL time.Duration // default session.DefaultTTL (30 min)
@@ -86,7 +86,7 @@ func (a *app) handler() http.Handler {
 	add := func(method, path, doc string, fn apiFunc) {
 		rt.routes[path] = route{method: method, path: path, doc: doc, fn: fn}
 	}
-	// Seed 000's hands-on session, object chosen by ?o=.
+	// the original's hands-on session, object chosen by ?o=.
 	add("GET", "/reset", "clear the object: storage, alarm, events (?o=)", a.reset)
 	add("GET", "/armtwice", "one alarm per object: arm +30 s, then +60 s, delete (?o=)", a.armTwice)
 	add("GET", "/deleteall", "DeleteAll takes the alarm with it (?o=)", a.deleteAll)

@@ -133,9 +133,9 @@ func errorStatus(err error) (int, string) {
 	return http.StatusInternalServerError, err.Error()
 }
 
-// writeJSON answers v laid out as the seed's transcripts are (seedJSON).
+// writeJSON answers v laid out as the original's transcripts are (origJSON).
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := seedJSON(v)
+	b, err := origJSON(v)
 	if err != nil {
 		status, b = http.StatusInternalServerError, []byte(`{"error": "cannot encode the answer"}`)
 	}
@@ -264,7 +264,7 @@ func boolParam(r *http.Request, name string, def bool) (bool, error) {
 	return b, nil
 }
 
-// seedJSON encodes v as the seed's transcripts show JSON: an object's keys
+// origJSON encodes v as the original's transcripts show JSON: an object's keys
 // one per line, the elements of an array of objects one per line, and
 // everything deeper on one line.
 //
@@ -274,7 +274,7 @@ func boolParam(r *http.Request, name string, def bool) (bool, error) {
 //	    {"armedNew": false, "alarmAt": 1785557630671}
 //	  ]
 //	}
-func seedJSON(v any) ([]byte, error) {
+func origJSON(v any) ([]byte, error) {
 	raw, err := json.Marshal(v)
 	if err != nil {
 		return nil, err

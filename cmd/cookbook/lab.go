@@ -9,7 +9,7 @@ import (
 	"github.com/durable-go/durable/core"
 )
 
-// Lab is the object of seed 000's hands-on session (examples/ch17-do-alarms):
+// Lab is the object of the original's hands-on session:
 // one alarm, a debounced counter of hits, a switch that makes the alarm
 // handler fail, and a log of what happened, all in the object's own
 // storage. The HTTP routes /reset, /armtwice, /deleteall, /hit, /state,
@@ -22,11 +22,11 @@ type Lab struct {
 
 // labOptions configure the lab objects of a namespace.
 type labOptions struct {
-	Debounce time.Duration // the seed's 2 s
+	Debounce time.Duration // the original's 2 s
 }
 
 // newLab is the constructor. It runs on every activation, so it only
-// creates tables (the seed's ensureSchema) and never arms the alarm (A16).
+// creates tables (the original's ensureSchema) and never arms the alarm (A16).
 func (o labOptions) newLab(st *core.State) (*Lab, error) {
 	d := o.Debounce
 	if d <= 0 {
@@ -40,7 +40,7 @@ func (o labOptions) newLab(st *core.State) (*Lab, error) {
 const (
 	modeOK    = "ok"    // flush, succeed
 	modeThrow = "throw" // fail on every run: 7 runs, then the dead-letter table
-	modeFlaky = "flaky" // fail the first two runs, succeed on the third (seed 003)
+	modeFlaky = "flaky" // fail the first two runs, succeed on the third (the original)
 )
 
 // labSchema is the lab's ensureSchema: DeleteAll drops every table, so it
@@ -50,7 +50,7 @@ INSERT OR IGNORE INTO pending(id, n) VALUES (1, 0);
 CREATE TABLE IF NOT EXISTS events(
   seq INTEGER PRIMARY KEY,
   at INTEGER NOT NULL,            -- unix ms
-  kind TEXT NOT NULL,             -- alarm, flush (the seed's); arm, fail, drop, reset, deleteall
+  kind TEXT NOT NULL,             -- alarm, flush (the original's); arm, fail, drop, reset, deleteall
   note TEXT NOT NULL,
   detail TEXT NOT NULL DEFAULT ''
 )`
@@ -112,7 +112,7 @@ func (l *Lab) Reset(ctx context.Context) error {
 	return l.note(time.Now(), "reset", "DeleteAll: storage, alarm and events cleared", "")
 }
 
-// ArmTwice is the seed's /armtwice: one alarm per object, SetAlarm
+// ArmTwice is the original's /armtwice: one alarm per object, SetAlarm
 // overwrites (A1), DeleteAlarm clears (A2).
 type ArmTwice struct {
 	First       int64  `json:"first"`
@@ -152,7 +152,7 @@ func (l *Lab) ArmTwice(ctx context.Context) (ArmTwice, error) {
 	return r, l.note(now, "armtwice", fmt.Sprintf("armed %d, then %d: one alarm, the second replaced the first; deleted", r.First, r.Second), "")
 }
 
-// DeleteAllResult is the seed's /deleteall.
+// DeleteAllResult is the original's /deleteall.
 type DeleteAllResult struct {
 	AlarmBefore *int64 `json:"alarmBefore"`
 	AlarmAfter  *int64 `json:"alarmAfter"`
@@ -198,7 +198,7 @@ func (l *Lab) DeleteAll(ctx context.Context) (DeleteAllResult, error) {
 	return r, l.note(now, "deleteall", "DeleteAll: the alarm went with the tables", "")
 }
 
-// HitResult is one hit of the seed's /hit.
+// HitResult is one hit of the original's /hit.
 type HitResult struct {
 	ArmedNew bool  `json:"armedNew"`
 	AlarmAt  int64 `json:"alarmAt"`
@@ -262,17 +262,17 @@ type LabEvent struct {
 	Detail string `json:"detail,omitempty"`
 }
 
-// LabState is the seed's /state; Timeline is filled only on request.
+// LabState is the original's /state; Timeline is filled only on request.
 type LabState struct {
 	Alarm    *int64     `json:"alarm"`
 	Pending  int        `json:"pending"`
-	Events   []LabEvent `json:"events"`             // the seed's: alarm runs and flushes
+	Events   []LabEvent `json:"events"`             // the original's: alarm runs and flushes
 	Mode     string     `json:"mode,omitempty"`     // with the timeline
 	Timeline []LabEvent `json:"timeline,omitempty"` // every event, with details
 }
 
 // State returns the pending alarm, the hits not yet flushed and the log:
-// the seed's events (alarm runs and flushes) and, with timeline, every
+// the original's events (alarm runs and flushes) and, with timeline, every
 // event.
 func (l *Lab) State(ctx context.Context, timeline bool) (LabState, error) {
 	l.woke()
@@ -321,7 +321,7 @@ func (l *Lab) State(ctx context.Context, timeline bool) (LabState, error) {
 // errThrow is what the alarm handler fails with in modeThrow and modeFlaky.
 var errThrow = errors.New("lab: the alarm handler throws")
 
-// Alarm logs the run as the seed does ("retryCount=0 isRetry=false
+// Alarm logs the run as the original does ("retryCount=0 isRetry=false
 // mode=ok"), then fails or flushes according to the mode. A failed run is
 // rolled back, so before failing it commits its log entries with an empty
 // Await (which commits the turn so far): the attempts stay visible.

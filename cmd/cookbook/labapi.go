@@ -1,6 +1,6 @@
 package main
 
-// The routes of seed 000's hands-on session, over the lab objects, and the
+// The routes of the original's hands-on session, over the lab objects, and the
 // dead letters.
 
 import (
@@ -12,7 +12,7 @@ import (
 	"github.com/durable-go/durable/core"
 )
 
-// The lab (seed 000).
+// The lab (the original).
 
 // defaultObject is the lab object used when ?o= is absent.
 const defaultObject = "default"
@@ -48,12 +48,12 @@ func (a *app) deleteAll(r *http.Request) (any, error) {
 	return labCall(a, r, func(ctx context.Context, l *Lab) (DeleteAllResult, error) { return l.DeleteAll(ctx) })
 }
 
-// hitResults is the seed's /hit answer.
+// hitResults is the original's /hit answer.
 type hitResults struct {
 	Results []HitResult `json:"results"`
 }
 
-// hit makes n calls, one hit each, as the seed's loop of hit() does.
+// hit makes n calls, one hit each, as the original's loop of hit() does.
 func (a *app) hit(r *http.Request) (any, error) {
 	n, err := intParam(r, "n", 5, 1, 1000)
 	if err != nil {

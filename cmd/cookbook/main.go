@@ -1,8 +1,8 @@
 // Command cookbook is the workshop. Its default subcommand, serve, starts
-// an HTTP server that reproduces the seeds' hands-on sessions (the
-// seed's curl lines work against it as they did against wrangler dev), with
+// an HTTP server that reproduces the original runtime's hands-on sessions (the
+// original's curl lines work against it as they did against the original runtime), with
 // routes for every pattern of the cookbook and a live page at /. The
-// subcommand tour runs every experiment of the seeds in-process on a fast
+// subcommand tour runs every experiment of the original hands-on sessions in-process on a fast
 // clock and prints, for each, what the original runtime showed and what
 // this one shows.
 //
@@ -69,12 +69,12 @@ func runTo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 const usage = `usage:
   cookbook [serve] [-addr 127.0.0.1:8787] [-data DIR] [-fast]   the workshop server (default)
-  cookbook tour [-scale 20]                                     every experiment of the seeds, in-process
+  cookbook tour [-scale 20]                                     every experiment of the original hands-on sessions, in-process
   cookbook help
 `
 
-// item is an inventory item with one row of stock: the seed's coordinator
-// (seed 003) as it is written there, run by the tour. Chapter 1 of
+// item is an inventory item with one row of stock: the original's coordinator
+// (the original) as it is written there, run by the tour. Chapter 1 of
 // cookbook.md quotes its reserve.
 type item struct{ st *core.State }
 

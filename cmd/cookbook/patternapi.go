@@ -18,7 +18,7 @@ import (
 	"github.com/durable-go/durable/patterns/session"
 )
 
-// The limiter (seed 003, L1).
+// The limiter (the original, L1).
 
 type limitCheck struct {
 	Allowed      bool  `json:"allowed"`
@@ -75,7 +75,7 @@ func (a *app) limit(r *http.Request) (any, error) {
 	return out, nil
 }
 
-// The inventory race (seed 003, C1 and C2).
+// The inventory race (the original, C1 and C2).
 
 // raceSide is one item's result: n callers reserved one unit each.
 type raceSide struct {
@@ -190,7 +190,7 @@ func raceItem(ctx context.Context, ns *core.Namespace[*inventory.Inventory], nam
 	return side, err
 }
 
-// Sessions (seed 003 and 000, SE1).
+// Sessions (the original, SE1).
 
 type sessionAnswer struct {
 	ID       string  `json:"id"`
@@ -274,7 +274,7 @@ func deadlineInto(ctx context.Context, s *session.Session, ans *sessionAnswer) e
 	return err
 }
 
-// The link counter (seed 000's LinkCounter, K1-K4).
+// The link counter (the original's LinkCounter, K1-K4).
 
 type counterAnswer struct {
 	Link     string        `json:"link"`

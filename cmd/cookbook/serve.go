@@ -112,7 +112,7 @@ func printBanner(w io.Writer, addr, dir string, fast bool) {
   data    %[2]s
   retries %[3]s
 
-Seed 000's hands-on session:
+the original's hands-on session:
   B=%[1]s
   curl -s "$B/reset"
   curl -s "$B/armtwice"          # one alarm per object

@@ -20,22 +20,22 @@ import (
 	"github.com/durable-go/durable/core"
 )
 
-// The tour runs every experiment of the seeds in-process and compares
-// what it sees with what the seeds measured on the original runtime. It
-// runs on a fast clock: every duration of the seeds (the 2 s debounce, the
+// The tour runs every experiment of the original hands-on sessions in-process and compares
+// what it sees with what the original runtime measured on the original runtime. It
+// runs on a fast clock: every duration of the original hands-on sessions (the 2 s debounce, the
 // 2 s ... 64 s retry ladder, the waits between curls) is divided by
-// Scale, with the retry jitter off so that the ladder is the seed's to the
-// millisecond, and times are printed back in the seed's units.
+// Scale, with the retry jitter off so that the ladder is the original's to the
+// millisecond, and times are printed back in the original's units.
 
 // tourOptions configure the tour.
 type tourOptions struct {
-	Scale float64 // how many times faster than the seeds' clock (20: the 126 s ladder takes 6.3 s)
+	Scale float64 // how many times faster than the original runtime's clock (20: the 126 s ladder takes 6.3 s)
 }
 
 // A tourRow is one line of the tour's final table.
 type tourRow struct {
 	Experiment string
-	Seed       string // what the original runtime showed, from the seeds
+	Original   string // what the original runtime showed, from the original runtime
 	Here       string // what this runtime showed
 	Match      bool
 }
@@ -44,7 +44,7 @@ type tourRow struct {
 func tourCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("cookbook tour", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	scale := fs.Float64("scale", 20, "how many times faster than the seeds' clock to run (1 to 200)")
+	scale := fs.Float64("scale", 20, "how many times faster than the original runtime's clock to run (1 to 200)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -65,7 +65,7 @@ func tourCommand(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 	}
 	if bad > 0 {
-		return fmt.Errorf("tour: %d of %d results differ from the seeds", bad, len(rows))
+		return fmt.Errorf("tour: %d of %d results differ from the original runtime", bad, len(rows))
 	}
 	return nil
 }
@@ -80,7 +80,7 @@ type tour struct {
 	h     http.Handler
 }
 
-// experiment is one experiment of the seeds; it prints its transcript and
+// experiment is one experiment of the original hands-on sessions; it prints its transcript and
 // returns its rows.
 type experiment struct {
 	title string
@@ -88,11 +88,11 @@ type experiment struct {
 	run   func(t *tour) ([]tourRow, error)
 }
 
-// seedTime converts a duration of the seeds into the tour's clock.
-func (t *tour) seedTime(d time.Duration) time.Duration { return time.Duration(float64(d) / t.scale) }
+// origTime converts a duration of the original hands-on sessions into the tour's clock.
+func (t *tour) origTime(d time.Duration) time.Duration { return time.Duration(float64(d) / t.scale) }
 
-// seedSecs converts a duration measured here into seconds of the seeds.
-func (t *tour) seedSecs(d time.Duration) float64 { return d.Seconds() * t.scale }
+// origSecs converts a duration measured here into seconds of the original hands-on sessions.
+func (t *tour) origSecs(d time.Duration) float64 { return d.Seconds() * t.scale }
 
 // runTour runs every experiment, printing the transcripts and the final
 // table to w, and returns the table. It fails only if the runtime cannot
@@ -105,8 +105,8 @@ func runTour(ctx context.Context, w io.Writer, opts tourOptions) ([]tourRow, err
 	t := &tour{ctx: ctx, out: out, scale: opts.Scale}
 	quiet := slog.New(slog.DiscardHandler)
 	rt, err := core.Open(core.Options{
-		AlarmRetry:  core.RetryPolicy{FirstDelay: t.seedTime(2 * time.Second), Jitter: -1},
-		IdleTimeout: t.seedTime(10 * time.Second), // the original's ~10 s before hibernation
+		AlarmRetry:  core.RetryPolicy{FirstDelay: t.origTime(2 * time.Second), Jitter: -1},
+		IdleTimeout: t.origTime(10 * time.Second), // the original's ~10 s before hibernation
 		Logger:      quiet,
 		OnAlarmDropped: func(dl core.DeadLetter) {
 			fmt.Fprintf(out, "  [runtime] event=alarm_dropped seq=%d object=%s/%s attempts=%d error=%q\n", dl.Seq, dl.Namespace, dl.Name, dl.Attempts, dl.LastError)
@@ -121,9 +121,9 @@ func runTour(ctx context.Context, w io.Writer, opts tourOptions) ([]tourRow, err
 	}
 	defer os.RemoveAll(storeDir)
 	a, err := newApp(rt, appConfig{
-		Debounce:   t.seedTime(2 * time.Second),
-		SessionTTL: t.seedTime(30 * time.Second),
-		FlushAfter: t.seedTime(30 * time.Second),
+		Debounce:   t.origTime(2 * time.Second),
+		SessionTTL: t.origTime(30 * time.Second),
+		FlushAfter: t.origTime(30 * time.Second),
 		StorePath:  filepath.Join(storeDir, "analytics.sqlite"),
 		Logger:     quiet,
 	})
@@ -132,9 +132,9 @@ func runTour(ctx context.Context, w io.Writer, opts tourOptions) ([]tourRow, err
 	}
 	t.rt, t.app, t.h = rt, a, a.handler()
 
-	fmt.Fprintf(out, "The tour: every experiment of the seeds, in-process, %g times faster than the seeds' clock\n", t.scale)
-	fmt.Fprintf(out, "(alarm retries after %v, %v, ... with no jitter; times below are in the seeds' seconds).\n",
-		t.seedTime(2*time.Second), t.seedTime(4*time.Second))
+	fmt.Fprintf(out, "The tour: every experiment of the original hands-on sessions, in-process, %g times faster than the original runtime's clock\n", t.scale)
+	fmt.Fprintf(out, "(alarm retries after %v, %v, ... with no jitter; times below are in the original runtime's seconds).\n",
+		t.origTime(2*time.Second), t.origTime(4*time.Second))
 	exps := experiments()
 	var rows []tourRow
 	for i, e := range exps {
@@ -143,12 +143,12 @@ func runTour(ctx context.Context, w io.Writer, opts tourOptions) ([]tourRow, err
 		got, err := e.run(t)
 		if err != nil {
 			fmt.Fprintf(out, "  error: %v\n", err)
-			got = append(got, tourRow{Experiment: e.title, Seed: "-", Here: "error: " + err.Error()})
+			got = append(got, tourRow{Experiment: e.title, Original: "-", Here: "error: " + err.Error()})
 		}
-		verdict := "matches the seed"
+		verdict := "matches the original"
 		for _, r := range got {
 			if !r.Match {
-				verdict = "DIFFERS from the seed"
+				verdict = "DIFFERS from the original"
 			}
 		}
 		fmt.Fprintf(out, "-> %s (%.1f s)\n", verdict, time.Since(start).Seconds())
@@ -158,14 +158,14 @@ func runTour(ctx context.Context, w io.Writer, opts tourOptions) ([]tourRow, err
 
 	fmt.Fprintf(out, "\n== Summary\n")
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "#\texperiment\toriginal runtime (seeds)\there\tmatch")
+	fmt.Fprintln(tw, "#\texperiment\toriginal runtime (originals)\there\tmatch")
 	matched := 0
 	for i, r := range rows {
 		m := "no"
 		if r.Match {
 			m, matched = "yes", matched+1
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", i+1, r.Experiment, r.Seed, r.Here, m)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", i+1, r.Experiment, r.Original, r.Here, m)
 	}
 	tw.Flush()
 	fmt.Fprintf(out, "%d of %d match.\n", matched, len(rows))
@@ -174,22 +174,22 @@ func runTour(ctx context.Context, w io.Writer, opts tourOptions) ([]tourRow, err
 
 func experiments() []experiment {
 	return []experiment{
-		{"one alarm per object: setAlarm overwrites", "seed 000, A1 A2", (*tour).armTwice},
-		{"deleteAll() deletes the alarm too", "seed 000, A6", (*tour).deleteAll},
-		{"debounce: five hits, one alarm, one flush", "seed 000, A4", (*tour).debounce},
-		{"a handler that always throws: 7 runs, then gone", "seed 000, A5", (*tour).ladder},
-		{"setAlarm(now+500ms); alarm() throws twice", "seed 003, A3 A5 A13", (*tour).flaky},
-		{"an evicted object is woken by its alarm", "seed 000, A7 A8", (*tour).wake},
-		{"coordinator: 50 concurrent reserves", "seed 003, C1 C2", (*tour).coordinator},
-		{"rate limiter: 5 per 60 s, 7 calls", "seed 003, L1", (*tour).limiter},
-		{"room: two WebSocket clients, hello, ping", "seed 003, R3 R4 R10", (*tour).room},
-		{"LinkCounter: a retried flush writes absolute counts", "seed 000, K2 K3", (*tour).counter},
-		{"session: the alarm deletes the data at the deadline", "seed 003, SE1", (*tour).session},
-		{"facets: a child object's alarm, owned by its parent", "seed 004, F2 F3", (*tour).facet},
+		{"one alarm per object: setAlarm overwrites", "the original, A1 A2", (*tour).armTwice},
+		{"deleteAll() deletes the alarm too", "the original, A6", (*tour).deleteAll},
+		{"debounce: five hits, one alarm, one flush", "the original, A4", (*tour).debounce},
+		{"a handler that always throws: 7 runs, then gone", "the original, A5", (*tour).ladder},
+		{"setAlarm(now+500ms); alarm() throws twice", "the original, A3 A5 A13", (*tour).flaky},
+		{"an evicted object is woken by its alarm", "the original, A7 A8", (*tour).wake},
+		{"coordinator: 50 concurrent reserves", "the original, C1 C2", (*tour).coordinator},
+		{"rate limiter: 5 per 60 s, 7 calls", "the original, L1", (*tour).limiter},
+		{"room: two WebSocket clients, hello, ping", "the original, R3 R4 R10", (*tour).room},
+		{"LinkCounter: a retried flush writes absolute counts", "the original, K2 K3", (*tour).counter},
+		{"session: the alarm deletes the data at the deadline", "the original, SE1", (*tour).session},
+		{"facets: a child object's alarm, owned by its parent", "the original, F2 F3", (*tour).facet},
 	}
 }
 
-// curl runs GET path against the app as the seed's curl lines do, prints
+// curl runs GET path against the app as the original's curl lines do, prints
 // the exchange, and decodes the answer into v (if not nil).
 func (t *tour) curl(path string, v any) error { return t.request(http.MethodGet, path, v) }
 
@@ -213,10 +213,10 @@ func (t *tour) request(method, path string, v any) error {
 	return json.Unmarshal(rec.Body.Bytes(), v)
 }
 
-// sleep waits d of the seeds' time, saying so as the seed's transcript does.
+// sleep waits d of the original hands-on sessions' time, saying so as the original's transcript does.
 func (t *tour) sleep(d time.Duration) {
-	fmt.Fprintf(t.out, "$ sleep %g   # %v here\n", d.Seconds(), t.seedTime(d))
-	time.Sleep(t.seedTime(d))
+	fmt.Fprintf(t.out, "$ sleep %g   # %v here\n", d.Seconds(), t.origTime(d))
+	time.Sleep(t.origTime(d))
 }
 
 func msOrNull(p *int64, name string, ref int64) string {

@@ -9,7 +9,7 @@ import (
 
 // The tour runs in a synctest bubble: its waits take no time and its
 // clock is exact, so every row must match, every run.
-func TestTour_EveryExperimentMatchesTheSeeds(t *testing.T) {
+func TestTour_EveryExperimentMatchesTheOriginal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var out bytes.Buffer
 		rows, err := runTour(t.Context(), &out, tourOptions{Scale: 20})
@@ -21,10 +21,10 @@ func TestTour_EveryExperimentMatchesTheSeeds(t *testing.T) {
 		}
 		for _, r := range rows {
 			if !r.Match {
-				t.Errorf("%s: the seed showed %q, the tour %q", r.Experiment, r.Seed, r.Here)
+				t.Errorf("%s: the original showed %q, the tour %q", r.Experiment, r.Original, r.Here)
 			}
 		}
-		// The transcripts have the seed's shape.
+		// The transcripts have the original's shape.
 		for _, want := range []string{
 			`"overwritten": true`,
 			`"afterDelete": null`,

@@ -1,6 +1,6 @@
 package main
 
-// The tour's alarm experiments: seed 000's hands-on session, and seed
+// The tour's alarm experiments: the original's hands-on session, and original
 // 003's local measurements.
 
 import (
@@ -14,7 +14,7 @@ import (
 	"github.com/durable-go/durable/core"
 )
 
-// Seed 000: one alarm per object.
+// the original: one alarm per object.
 func (t *tour) armTwice() ([]tourRow, error) {
 	if err := t.curl("/reset", nil); err != nil {
 		return nil, err
@@ -24,12 +24,12 @@ func (t *tour) armTwice() ([]tourRow, error) {
 		return nil, err
 	}
 	here := fmt.Sprintf("overwritten=%t afterDelete=%s", r.Overwritten, msOrNull(r.AfterDelete, "", 0))
-	seed := "overwritten=true afterDelete=null"
+	original := "overwritten=true afterDelete=null"
 	exact := msOrNull(r.AfterFirst, "first", r.First) == "first" && msOrNull(r.AfterSecond, "second", r.Second) == "second"
-	return []tourRow{{"/armtwice: set +30 s, +60 s, delete", seed, here, here == seed && exact && r.Second-r.First == 30_000}}, nil
+	return []tourRow{{"/armtwice: set +30 s, +60 s, delete", original, here, here == original && exact && r.Second-r.First == 30_000}}, nil
 }
 
-// Seed 000: deleteAll() takes the alarm with it.
+// the original: deleteAll() takes the alarm with it.
 func (t *tour) deleteAll() ([]tourRow, error) {
 	var r DeleteAllResult
 	if err := t.curl("/deleteall?o=da", &r); err != nil {
@@ -40,11 +40,11 @@ func (t *tour) deleteAll() ([]tourRow, error) {
 		before = "set"
 	}
 	here := fmt.Sprintf("alarmBefore=%s alarmAfter=%s cleared=%t", before, msOrNull(r.AlarmAfter, "", 0), r.Cleared)
-	seed := "alarmBefore=set alarmAfter=null cleared=true"
-	return []tourRow{{"/deleteall with an alarm pending", seed, here, here == seed}}, nil
+	original := "alarmBefore=set alarmAfter=null cleared=true"
+	return []tourRow{{"/deleteall with an alarm pending", original, here, here == original}}, nil
 }
 
-// Seed 000: the debounce.
+// the original: the debounce.
 func (t *tour) debounce() ([]tourRow, error) {
 	var hits hitResults
 	if err := t.curl("/hit?n=5", &hits); err != nil {
@@ -60,7 +60,7 @@ func (t *tour) debounce() ([]tourRow, error) {
 	if same {
 		hereHits += "; one alarmAt"
 	}
-	seedHits := "armedNew T,F,F,F,F; one alarmAt"
+	origHits := "armedNew T,F,F,F,F; one alarmAt"
 
 	t.sleep(4 * time.Second)
 	var st LabState
@@ -74,7 +74,7 @@ func (t *tour) debounce() ([]tourRow, error) {
 		hereState = "alarm=null pending=0; one run, one flush n=5"
 	}
 	return []tourRow{
-		{"/hit?n=5: arm only if none pending", seedHits, hereHits, hereHits == seedHits},
+		{"/hit?n=5: arm only if none pending", origHits, hereHits, hereHits == origHits},
 		{"/state 4 s later", "alarm=null pending=0; one run, one flush n=5", hereState, ok},
 	}, nil
 }
@@ -87,8 +87,8 @@ func describeState(st LabState) string {
 	return fmt.Sprintf("alarm=%s pending=%d events=[%s]", msOrNull(st.Alarm, "", 0), st.Pending, strings.Join(evs, ", "))
 }
 
-// Seed 000: the retry ladder of a handler that always throws, watched
-// every 20 s (the seed's watch), then the dead letter this runtime keeps.
+// the original: the retry ladder of a handler that always throws, watched
+// every 20 s (the original's watch), then the dead letter this runtime keeps.
 func (t *tour) ladder() ([]tourRow, error) {
 	for _, p := range []string{"/reset?o=fail", "/mode?o=fail&m=throw"} {
 		if err := t.curl(p, nil); err != nil {
@@ -96,13 +96,13 @@ func (t *tour) ladder() ([]tourRow, error) {
 		}
 	}
 	start := time.Now()
-	if err := t.curl(fmt.Sprintf("/arm?o=fail&ms=%d", t.seedTime(500*time.Millisecond).Milliseconds()), nil); err != nil {
+	if err := t.curl(fmt.Sprintf("/arm?o=fail&ms=%d", t.origTime(500*time.Millisecond).Milliseconds()), nil); err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(t.out, "$ watch -n 20 \"curl -s '$B/state?o=fail' | jq '[.alarm, (.events|length)]'\"   # every %v here\n", t.seedTime(20*time.Second))
+	fmt.Fprintf(t.out, "$ watch -n 20 \"curl -s '$B/state?o=fail' | jq '[.alarm, (.events|length)]'\"   # every %v here\n", t.origTime(20*time.Second))
 	var attempts, pending []string
 	for _, at := range []int{20, 40, 80, 140, 200} {
-		time.Sleep(time.Until(start.Add(t.seedTime(time.Duration(at) * time.Second))))
+		time.Sleep(time.Until(start.Add(t.origTime(time.Duration(at) * time.Second))))
 		st, err := t.state("fail")
 		if err != nil {
 			return nil, err
@@ -116,17 +116,17 @@ func (t *tour) ladder() ([]tourRow, error) {
 		attempts, pending = append(attempts, fmt.Sprint(n)), append(pending, p[:1])
 	}
 	here := "attempts " + strings.Join(attempts, ",") + "; pending " + strings.Join(pending, ",")
-	seed := "attempts 4,5,6,7,7; pending T,T,T,F,F"
-	match := here == seed
+	original := "attempts 4,5,6,7,7; pending T,T,T,F,F"
+	match := here == original
 
-	// Beyond the seed: the alarm is not lost.
+	// Beyond the original: the alarm is not lost.
 	fmt.Fprintln(t.out, "# the original drops it silently; here it is in the dead-letter table:")
 	var dls struct{ DeadLetters []deadLetter }
 	if err := t.curl("/deadletters?o=fail", &dls); err != nil {
 		return nil, err
 	}
 	if len(dls.DeadLetters) == 0 {
-		return []tourRow{{"handler always throws, watched", seed, here + "; no dead letter", false}}, nil
+		return []tourRow{{"handler always throws, watched", original, here + "; no dead letter", false}}, nil
 	}
 	dl := dls.DeadLetters[len(dls.DeadLetters)-1]
 	fmt.Fprintln(t.out, "# the service is back: switch the handler to ok and re-arm the dead letter")
@@ -136,7 +136,7 @@ func (t *tour) ladder() ([]tourRow, error) {
 	if err := t.request(http.MethodPost, fmt.Sprintf("/deadletters/rearm?seq=%d", dl.Seq), nil); err != nil {
 		return nil, err
 	}
-	time.Sleep(t.seedTime(time.Second))
+	time.Sleep(t.origTime(time.Second))
 	st, err := t.state("fail")
 	if err != nil {
 		return nil, err
@@ -151,7 +151,7 @@ func (t *tour) ladder() ([]tourRow, error) {
 	// A deliberate difference: the row checks that the alarm is gone from
 	// the object as in the original, and kept where it can be re-armed.
 	return []tourRow{
-		{"handler always throws, watched", seed, here, match},
+		{"handler always throws, watched", original, here, match},
 		{"after the 7th run", "gone, silently: no dead letter", after, match && rearmed && dl.Attempts == 7},
 	}, nil
 }
@@ -166,7 +166,7 @@ func (t *tour) state(o string) (LabState, error) {
 	return core.Call(t.ctx, stub, func(ctx context.Context, l *Lab) (LabState, error) { return l.State(ctx, true) })
 }
 
-// Seed 003: setAlarm(now+500ms) fires after about half a second with
+// the original: setAlarm(now+500ms) fires after about half a second with
 // retryCount 0; a handler that throws twice is retried after about 2 s,
 // then 4 to 5 s, with retryCount 1, 2 and isRetry true; getAlarm() is
 // null while alarm() runs.
@@ -176,7 +176,7 @@ func (t *tour) flaky() ([]tourRow, error) {
 			return nil, err
 		}
 	}
-	if err := t.curl(fmt.Sprintf("/arm?o=flaky&ms=%d", t.seedTime(500*time.Millisecond).Milliseconds()), nil); err != nil {
+	if err := t.curl(fmt.Sprintf("/arm?o=flaky&ms=%d", t.origTime(500*time.Millisecond).Milliseconds()), nil); err != nil {
 		return nil, err
 	}
 	t.sleep(10 * time.Second)
@@ -195,12 +195,12 @@ func (t *tour) flaky() ([]tourRow, error) {
 		}
 	}
 	for _, e := range runs {
-		fmt.Fprintf(t.out, "  +%5.2f s  %s  (%s)\n", t.seedSecs(time.Duration(e.At-armAt)*time.Millisecond), e.Note, e.Detail)
+		fmt.Fprintf(t.out, "  +%5.2f s  %s  (%s)\n", t.origSecs(time.Duration(e.At-armAt)*time.Millisecond), e.Note, e.Detail)
 	}
 	if len(runs) != 3 {
 		return nil, fmt.Errorf("want 3 runs, got %d", len(runs))
 	}
-	secs := func(a, b int64) float64 { return t.seedSecs(time.Duration(b-a) * time.Millisecond) }
+	secs := func(a, b int64) float64 { return t.origSecs(time.Duration(b-a) * time.Millisecond) }
 	first := secs(armAt, runs[0].At)
 	d1, d2 := secs(runs[0].At, runs[1].At), secs(runs[1].At, runs[2].At)
 	okFirst := runs[0].Note == "retryCount=0 isRetry=false mode=flaky"
@@ -217,14 +217,14 @@ func (t *tour) flaky() ([]tourRow, error) {
 	}, nil
 }
 
-// Seed 000: a pending alarm wakes an evicted object, constructor first.
+// the original: a pending alarm wakes an evicted object, constructor first.
 func (t *tour) wake() ([]tourRow, error) {
-	for _, p := range []string{"/reset?o=wake", fmt.Sprintf("/arm?o=wake&ms=%d", t.seedTime(30*time.Second).Milliseconds())} {
+	for _, p := range []string{"/reset?o=wake", fmt.Sprintf("/arm?o=wake&ms=%d", t.origTime(30*time.Second).Milliseconds())} {
 		if err := t.curl(p, nil); err != nil {
 			return nil, err
 		}
 	}
-	fmt.Fprintf(t.out, "# idle for %v (the original's ~10 s), the object is evicted; the alarm comes due at +30 s\n", t.seedTime(10*time.Second))
+	fmt.Fprintf(t.out, "# idle for %v (the original's ~10 s), the object is evicted; the alarm comes due at +30 s\n", t.origTime(10*time.Second))
 	t.sleep(35 * time.Second)
 	st, err := t.state("wake")
 	if err != nil {

@@ -1,7 +1,7 @@
 package main
 
 // The tour's pattern experiments: the coordinator, the limiter and the
-// room of seed 003, seed 000's LinkCounter and sessions, seed 004's facets.
+// room of the original, the original's LinkCounter and sessions, the original's facets.
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 	"github.com/gorilla/websocket"
 )
 
-// Seed 003: the coordinator, with the seed's reserve (main.go's item).
+// the original: the coordinator, with the original's reserve (main.go's item).
 func (t *tour) coordinator() ([]tourRow, error) {
 	items, err := core.Register(t.rt, "tour_items", newItem)
 	if err != nil {
@@ -74,7 +74,7 @@ func (t *tour) coordinator() ([]tourRow, error) {
 	return rows, nil
 }
 
-// Seed 003: the limiter.
+// the original: the limiter.
 func (t *tour) limiter() ([]tourRow, error) {
 	var r limitResult
 	if err := t.curl("/limit?key=tour&n=7&limit=5&window=60s", &r); err != nil {
@@ -93,7 +93,7 @@ func (t *tour) limiter() ([]tourRow, error) {
 	return []tourRow{{"7 calls, limit 5 per 60 s", "5 pass, then 2 refused", here, here == "5 pass, then 2 refused" && inOrder}}, nil
 }
 
-// Seed 003: two clients of one room, over the room package's handler.
+// the original: two clients of one room, over the room package's handler.
 func (t *tour) room() ([]tourRow, error) {
 	pl := newPipeListener()
 	srv := &http.Server{Handler: t.h}
@@ -192,7 +192,7 @@ func (s *flakySink) Write(ctx context.Context, link string, counts []counter.Cou
 	return nil
 }
 
-// Seed 000's LinkCounter: the flush is retried after a write that seemed
+// the original's LinkCounter: the flush is retried after a write that seemed
 // to fail, and the absolute count it writes again cannot double.
 func (t *tour) counter() ([]tourRow, error) {
 	logger := slog.New(slog.NewJSONHandler(t.out, &slog.HandlerOptions{ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
@@ -202,7 +202,7 @@ func (t *tour) counter() ([]tourRow, error) {
 		return a
 	}}))
 	sink := &flakySink{Sink: t.app.store, fails: 1}
-	ns, err := core.Register(t.rt, "tour_counters", counter.Options{Sink: sink, FlushAfter: t.seedTime(30 * time.Second), Logger: logger}.New)
+	ns, err := core.Register(t.rt, "tour_counters", counter.Options{Sink: sink, FlushAfter: t.origTime(30 * time.Second), Logger: logger}.New)
 	if err != nil {
 		return nil, err
 	}
@@ -230,9 +230,9 @@ func (t *tour) counter() ([]tourRow, error) {
 		fmt.Sprintf("store holds %d of 5 hits", total), total == 5}}, nil
 }
 
-// Seed 003: a session's alarm deletes its data at its deadline.
+// the original: a session's alarm deletes its data at its deadline.
 func (t *tour) session() ([]tourRow, error) {
-	fmt.Fprintf(t.out, "# a TTL of %v here (the seed's 30 min, shortened)\n", t.app.cfg.SessionTTL)
+	fmt.Fprintf(t.out, "# a TTL of %v here (the original's 30 min, shortened)\n", t.app.cfg.SessionTTL)
 	if err := t.curl("/session/touch?id=tour&key=user&value=ada", nil); err != nil {
 		return nil, err
 	}
@@ -240,8 +240,8 @@ func (t *tour) session() ([]tourRow, error) {
 	if err := t.curl("/session/get?id=tour&key=user", &before); err != nil {
 		return nil, err
 	}
-	time.Sleep(t.app.cfg.SessionTTL + t.seedTime(2*time.Second))
-	fmt.Fprintf(t.out, "# %v later\n", t.app.cfg.SessionTTL+t.seedTime(2*time.Second))
+	time.Sleep(t.app.cfg.SessionTTL + t.origTime(2*time.Second))
+	fmt.Fprintf(t.out, "# %v later\n", t.app.cfg.SessionTTL+t.origTime(2*time.Second))
 	err := t.curl("/session/get?id=tour&key=user", nil)
 	gone := err != nil && strings.Contains(err.Error(), "404")
 	here := "value, then not found"
@@ -251,7 +251,7 @@ func (t *tour) session() ([]tourRow, error) {
 	return []tourRow{{"touch(), then the deadline passes", "alarm() deletes the data", here, before.Value != nil && gone}}, nil
 }
 
-// Seed 004: a facet's alarm is owned by its parent (the fix the seed
+// the original: a facet's alarm is owned by its parent (the fix the original
 // designs; workerd's facets have no alarms).
 func (t *tour) facet() ([]tourRow, error) {
 	kind, err := core.RegisterFacet(t.rt, t.app.labs, "child", labOptions{}.newLab)
@@ -267,7 +267,7 @@ func (t *tour) facet() ([]tourRow, error) {
 		return nil, err
 	}
 	fmt.Fprintln(t.out, "facet host/child=stream: setAlarm(now+10s)")
-	if _, err := core.Call(t.ctx, child, func(ctx context.Context, l *Lab) (int64, error) { return l.Arm(ctx, t.seedTime(10*time.Second)) }); err != nil {
+	if _, err := core.Call(t.ctx, child, func(ctx context.Context, l *Lab) (int64, error) { return l.Arm(ctx, t.origTime(10*time.Second)) }); err != nil {
 		return nil, err
 	}
 	fmt.Fprintln(t.out, "the parent keeps serving meanwhile: hit() on host")

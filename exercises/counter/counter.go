@@ -1,4 +1,4 @@
-// Package counter is exercise 4 of the workshop: seed 000's LinkCounter,
+// Package counter is exercise 4 of the workshop: the original's LinkCounter,
 // a debounced flush (SEMANTICS A4, K1-K4). One object per link counts its
 // hits in per-minute buckets in its own database and flushes them to a
 // shared analytics store (a Sink) at most once per FlushAfter, however
@@ -59,7 +59,7 @@ type Count struct {
 type Options struct {
 	Sink       Sink          // required
 	FlushAfter time.Duration // default DefaultFlushAfter
-	Logger     *slog.Logger  // for the seed's alarm_failed record; default slog.Default()
+	Logger     *slog.Logger  // for the original's alarm_failed record; default slog.Default()
 }
 
 // Counter counts the hits on one link, the object's name.
@@ -112,7 +112,7 @@ func (c *Counter) FlushAt(ctx context.Context) (time.Time, bool, error) {
 func (c *Counter) Alarm(ctx context.Context, info core.AlarmInfo) error {
 	// TODO: read the unflushed buckets into memory; write them to the sink
 	// inside c.st.Await (the gate opens); then mark as flushed the buckets
-	// whose count is still what was sent. On failure, log the seed's
+	// whose count is still what was sent. On failure, log the original's
 	// record {event: "alarm_failed", do, retryCount, lastAttempt, error}
 	// and return the error.
 	return errTODO

@@ -1,4 +1,4 @@
-// Package inventory is exercise 1 of the workshop: the coordinator (seed
+// Package inventory is exercise 1 of the workshop: the coordinator (original
 // 003, SEMANTICS C1-C3). One object stands for one item in stock, and every
 // change to that item goes through the object's turns.
 //

@@ -1,5 +1,5 @@
 // Package limiter is exercise 2 of the workshop: the sliding-window rate
-// limiter (seed 003, SEMANTICS L1-L2). One object per key (a user, an IP
+// limiter (the original, SEMANTICS L1-L2). One object per key (a user, an IP
 // address, an API token) remembers when it let calls through during the
 // last window.
 //
@@ -7,7 +7,7 @@
 //
 //	go test -tags exercises ./exercises/limiter
 //
-// The seed's algorithm, all in one turn of the key's object:
+// The original's algorithm, all in one turn of the key's object:
 //
 //	DELETE FROM w WHERE ts <= now - window   -- forget the calls that left the window
 //	SELECT count(*) FROM w                   -- count the rest

@@ -1,5 +1,5 @@
 // Package room is exercise 5 of the workshop: the broadcast room over
-// hibernatable WebSockets (seed 003, SEMANTICS R1-R10). One object per
+// hibernatable WebSockets (the original, SEMANTICS R1-R10). One object per
 // room name; every member's WebSocket is connected to it; every message is
 // numbered, kept, and sent to every member in one order.
 //
@@ -7,7 +7,7 @@
 //
 //	go test -tags exercises ./exercises/room
 //
-// The wire format (the seed's JSON(attachment) + ":" + message, with the
+// The wire format (the original's JSON(attachment) + ":" + message, with the
 // message's offset in front):
 //
 //	!live N                                   after a join: N is the latest offset

@@ -1,5 +1,5 @@
 // Package session is exercise 3 of the workshop: things that end at a time
-// of their own (seeds 003 and 000, SEMANTICS SE1, A16). One object stands
+// of their own (the original, SEMANTICS SE1, A16). One object stands
 // for one user session: byte values by key that live until TTL after the
 // last Touch or Set. The session's deadline is stored with its data and
 // mirrored in the object's alarm, which deletes the data when the deadline

@@ -100,7 +100,7 @@ func (c *Counter) FlushAt(ctx context.Context) (time.Time, bool, error) {
 }
 
 // Alarm flushes the buckets that changed since the last flush. On failure
-// it logs the seed's alarm_failed record and returns the error, so that the
+// it logs the original's alarm_failed record and returns the error, so that the
 // runtime retries; the record with lastAttempt=true is the one to alert on.
 func (c *Counter) Alarm(ctx context.Context, info core.AlarmInfo) error {
 	if err := c.flush(ctx); err != nil {

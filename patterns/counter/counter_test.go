@@ -41,7 +41,7 @@ func (l *logs) Write(p []byte) (int, error) {
 
 func (l *logs) logger() *slog.Logger { return slog.New(slog.NewJSONHandler(l, nil)) }
 
-// failure is an alarm_failed record, with the seed's fields.
+// failure is an alarm_failed record, with the original's fields.
 type failure struct {
 	Time        time.Time `json:"time"`
 	Level       string    `json:"level"`
@@ -241,7 +241,7 @@ func TestCounter_DebounceFiveHits(t *testing.T) {
 
 // S-K2, S-A3: a flush that fails twice, then succeeds, gives exactly the
 // right totals, hits recorded between the attempts included; each failure
-// is logged with the seed's fields.
+// is logged with the original's fields.
 func TestCounter_FailedFlushIsRetried(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e := setup(t, "", core.Options{AlarmRetry: noJitter}, nil)
@@ -399,7 +399,7 @@ func TestCounter_RetryWithIncrementsInflates(t *testing.T) {
 // S-K4: with a 30 s flush and per-minute buckets, under steady traffic
 // (a hit every 2 s for 6 minutes) each bucket is written at most twice
 // while it is the current minute, and once more after it closes for the
-// hits after its last in-minute flush: at most 3 writes in all. (The seed
+// hits after its last in-minute flush: at most 3 writes in all. (The original
 // says "at most twice"; that holds only for the writes during the minute.)
 func TestCounter_WritesPerBucket(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

@@ -1,4 +1,4 @@
-// Package counter is the seed's LinkCounter: one object per link counts its
+// Package counter is the original's LinkCounter: one object per link counts its
 // hits in per-minute buckets in its own database and flushes them to a
 // shared analytics store at most once per 30 s, however many hits arrive.
 // The invariant is that the store converges to the object's exact counts:
@@ -9,7 +9,7 @@
 // Record bumps the current minute's bucket and arms the alarm only if no
 // flush is pending. The alarm reads the unflushed buckets into memory,
 // writes them to the Sink with the input gate open (core.State.Await),
-// then marks them flushed. A failed flush is logged as the seed's
+// then marks them flushed. A failed flush is logged as the original's
 // {event: "alarm_failed", do, retryCount, lastAttempt, error} record and
 // returned, so the runtime retries it (2 s, 4 s, ... six times).
 //
@@ -25,7 +25,7 @@
 // With a 30 s flush and one-minute buckets, steady traffic writes each
 // bucket at most twice while its minute lasts, and once more after it ends
 // (for the hits after its last flush in the minute): at most three writes,
-// usually three. The seed's "at most twice" (SEMANTICS K4) counts only the
+// usually three. The original's "at most twice" (SEMANTICS K4) counts only the
 // first two. Flushing less often, or keeping longer buckets, writes less.
 //
 // # Concurrency

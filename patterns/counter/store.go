@@ -32,7 +32,7 @@ type Count struct {
 }
 
 // Store is the SQLite implementation of Sink: one database file standing
-// for the shared analytics store, with the seed's click_rollup table keyed
+// for the shared analytics store, with the original's click_rollup table keyed
 // by (link_id, bucket). It is safe for concurrent use. The application
 // opens it once, passes it in Options.Sink, and closes it after the
 // runtime.

@@ -24,7 +24,7 @@
 //	17 {"name":"ann","joinedAt":1767225600000}:hello
 //
 // The offset is 1 for a room's first message and grows by one with each
-// message. That is the seed's JSON(attachment) + ":" + message (SEMANTICS
+// message. That is the original's JSON(attachment) + ":" + message (SEMANTICS
 // R10) with the offset in front. Besides messages the room sends notices,
 // text frames starting with '!':
 //
