@@ -80,20 +80,8 @@ func RegisterFacet[T any](rt *Runtime, parent Kind, kind string, ctor func(*Stat
 		return nil, errors.New("core: RegisterFacet: nil constructor")
 	}
 	p := parent.kindNS()
-	var zero T
-	_, alarms := any(zero).(Alarmer)
-	_, timers := any(zero).(TimerHandler)
-	ns := &namespace{
-		rt:      rt,
-		name:    p.name + "." + kind,
-		kind:    kind,
-		parent:  p,
-		alarms:  alarms,
-		timers:  timers,
-		ctor:    func(st *State) (any, error) { return ctor(st) },
-		objects: make(map[string]*object),
-		closing: make(map[string]chan struct{}),
-	}
+	ns := newNamespace(rt, p.name+"."+kind, ctor)
+	ns.kind, ns.parent = kind, p
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	if rt.closed {

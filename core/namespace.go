@@ -48,30 +48,38 @@ func Register[T any](rt *Runtime, name string, ctor func(*State) (T, error)) (*N
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("core: register %s: %w", name, err)
 	}
+	ns := newNamespace(rt, name, ctor)
+	ns.dir = dir
+	rt.mu.Lock()
+	if rt.closed {
+		rt.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if _, dup := rt.namespaces[name]; dup {
+		rt.mu.Unlock()
+		return nil, fmt.Errorf("core: namespace %q already registered", name)
+	}
+	rt.namespaces[name] = ns
+	rt.mu.Unlock()
+	// After rt.mu is released: a fire takes the scheduler's lock, then rt.mu.
+	rt.sched.unpark(name)
+	return &Namespace[T]{ns: ns}, nil
+}
+
+// newNamespace builds the untyped namespace of objects of type T.
+func newNamespace[T any](rt *Runtime, name string, ctor func(*State) (T, error)) *namespace {
 	var zero T
 	_, alarms := any(zero).(Alarmer)
 	_, timers := any(zero).(TimerHandler)
-	ns := &namespace{
-		alarms:  alarms,
-		timers:  timers,
+	return &namespace{
 		rt:      rt,
 		name:    name,
-		dir:     dir,
+		alarms:  alarms,
+		timers:  timers,
 		ctor:    func(st *State) (any, error) { return ctor(st) },
 		objects: make(map[string]*object),
 		closing: make(map[string]chan struct{}),
 	}
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	if rt.closed {
-		return nil, ErrClosed
-	}
-	if _, dup := rt.namespaces[name]; dup {
-		return nil, fmt.Errorf("core: namespace %q already registered", name)
-	}
-	rt.namespaces[name] = ns
-	rt.sched.unpark(name)
-	return &Namespace[T]{ns: ns}, nil
 }
 
 // Name returns the namespace's name.

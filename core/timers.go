@@ -138,21 +138,10 @@ func (o *object) dueTimer(now int64, skip map[timerKey]bool) (timerRow, bool, er
 
 // nextTimer returns the earliest due time of all the object's timers.
 func (o *object) nextTimer() (int64, bool, error) {
-	s, err := o.state.Storage().begin()
-	if err != nil {
+	if _, err := o.state.Storage().begin(); err != nil {
 		return 0, false, err
 	}
-	s.internal = true
-	defer func() { s.internal = false }()
-	stmt, err := s.ownStmt("SELECT min(at) FROM _durable_timers")
-	if err != nil {
-		return 0, false, err
-	}
-	var at sql.NullInt64
-	if err := stmt.QueryRow().Scan(&at); err != nil {
-		return 0, false, err
-	}
-	return at.Int64, at.Valid, nil
+	return o.nextTimerInBatch()
 }
 
 // nextTick returns the first tick of a cron spec after t.
@@ -181,7 +170,8 @@ func (o *object) callTimerHandler(ctx contextT, inst any, row timerRow, info Ala
 	}, info)
 }
 
-// nextTimerInBatch is nextTimer for the commit path, outside any segment.
+// nextTimerInBatch is nextTimer for the commit path, outside any segment
+// (the transaction is open).
 func (o *object) nextTimerInBatch() (int64, bool, error) {
 	s := o.store
 	s.internal = true

@@ -3,7 +3,6 @@ package core_test
 import (
 	"context"
 	"errors"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/durable-go/durable/core"
+	"github.com/durable-go/durable/core/coretest"
 	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/require"
 )
@@ -122,13 +122,13 @@ type chatEnv struct {
 	rt   *core.Runtime
 	ns   *core.Namespace[*chat]
 	ev   chan wsEvent
-	base string              // ws://host
-	dial *websocket.Dialer   // for pipes in a bubble
-	srv  *httptest.Server    // on loopback, outside bubbles
-	pipe *pipeListener       // in bubbles
-	hs   *http.Server        // serving pipe
-	mux  *http.ServeMux      // routes /chat/{room}
-	seen map[string]struct{} // rooms used
+	base string                 // ws://host
+	dial *websocket.Dialer      // for pipes in a bubble
+	srv  *httptest.Server       // on loopback, outside bubbles
+	pipe *coretest.PipeListener // in bubbles
+	hs   *http.Server           // serving pipe
+	mux  *http.ServeMux         // routes /chat/{room}
+	seen map[string]struct{}    // rooms used
 }
 
 func chatMux(t testing.TB, ns *core.Namespace[*chat]) *http.ServeMux {
@@ -171,12 +171,12 @@ func openChat(t testing.TB, opts core.Options) *chatEnv {
 func openChatPipe(t testing.TB, opts core.Options) *chatEnv {
 	t.Helper()
 	rt, ns, ev := registerChat(t, opts)
-	pl := newPipeListener()
+	pl := coretest.NewPipeListener()
 	hs := &http.Server{Handler: chatMux(t, ns)}
 	served := make(chan struct{})
 	go func() { defer close(served); hs.Serve(pl) }()
 	t.Cleanup(func() { hs.Close(); <-served })
-	return &chatEnv{rt: rt, ns: ns, ev: ev, pipe: pl, hs: hs, base: "ws://pipe", dial: &websocket.Dialer{NetDialContext: pl.dial}}
+	return &chatEnv{rt: rt, ns: ns, ev: ev, pipe: pl, hs: hs, base: "ws://pipe", dial: &websocket.Dialer{NetDialContext: pl.Dial}}
 }
 
 func (e *chatEnv) connect(t testing.TB, room, query string, hdr http.Header) (*websocket.Conn, *http.Response, error) {
@@ -582,49 +582,3 @@ func TestWebSocket_ShutdownWhileHibernated(t *testing.T) {
 		require.NoError(t, <-closed)
 	})
 }
-
-// pipeListener is a net.Listener over net.Pipe, so that an http.Server and
-// gorilla clients can talk inside a synctest bubble (real sockets are not
-// durably blocking).
-type pipeListener struct {
-	conns chan net.Conn
-	done  chan struct{}
-	once  sync.Once
-}
-
-func newPipeListener() *pipeListener {
-	return &pipeListener{conns: make(chan net.Conn), done: make(chan struct{})}
-}
-
-func (l *pipeListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.conns:
-		return c, nil
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
-}
-
-func (l *pipeListener) Close() error {
-	l.once.Do(func() { close(l.done) })
-	return nil
-}
-
-func (l *pipeListener) Addr() net.Addr { return pipeAddr{} }
-
-func (l *pipeListener) dial(ctx context.Context, _, _ string) (net.Conn, error) {
-	client, server := net.Pipe()
-	select {
-	case l.conns <- server:
-		return client, nil
-	case <-l.done:
-		return nil, net.ErrClosed
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
-
-type pipeAddr struct{}
-
-func (pipeAddr) Network() string { return "pipe" }
-func (pipeAddr) String() string  { return "pipe" }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/durable-go/durable/core"
+	"github.com/durable-go/durable/core/coretest"
 	"github.com/durable-go/durable/patterns/counter"
 	"github.com/gorilla/websocket"
 )
@@ -95,12 +96,12 @@ func (t *tour) limiter() ([]tourRow, error) {
 
 // the original: two clients of one room, over the room package's handler.
 func (t *tour) room() ([]tourRow, error) {
-	pl := newPipeListener()
+	pl := coretest.NewPipeListener()
 	srv := &http.Server{Handler: t.h}
 	served := make(chan struct{})
 	go func() { defer close(served); srv.Serve(pl) }()
 	defer func() { srv.Close(); <-served }()
-	dialer := &websocket.Dialer{NetDialContext: pl.dial}
+	dialer := &websocket.Dialer{NetDialContext: pl.Dial}
 
 	join := func(name string) (*websocket.Conn, error) {
 		url := "ws://localhost:8787/room/tour?name=" + name

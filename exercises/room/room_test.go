@@ -3,13 +3,10 @@
 package room_test
 
 import (
-	"context"
 	"encoding/json"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -23,7 +20,7 @@ import (
 // hibernation takes no time and every run is the same.
 type env struct {
 	rt   *core.Runtime
-	pipe *pipeListener
+	pipe *coretest.PipeListener
 }
 
 func open(t *testing.T, opts core.Options) *env {
@@ -33,7 +30,7 @@ func open(t *testing.T, opts core.Options) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pl := newPipeListener()
+	pl := coretest.NewPipeListener()
 	srv := &http.Server{Handler: h}
 	served := make(chan struct{})
 	go func() { defer close(served); srv.Serve(pl) }()
@@ -57,7 +54,7 @@ func (e *env) join(t *testing.T, room, name, q string) *websocket.Conn {
 }
 
 func (e *env) dial(room, name, q string) (*websocket.Conn, *http.Response, error) {
-	d := &websocket.Dialer{NetDialContext: e.pipe.dial}
+	d := &websocket.Dialer{NetDialContext: e.pipe.Dial}
 	url := "ws://pipe/room/" + room + "?name=" + name
 	if q != "" {
 		url += "&" + q
@@ -216,7 +213,7 @@ func TestRoom_StateListsTheMembers(t *testing.T) {
 		expectLive(t, e.join(t, "lobby", "bob", ""), 0)
 		send(t, ann, "hello")
 		next(t, ann)
-		client := &http.Client{Transport: &http.Transport{DialContext: e.pipe.dial}}
+		client := &http.Client{Transport: &http.Transport{DialContext: e.pipe.Dial}}
 		resp, err := client.Get("http://pipe/room/lobby")
 		if err != nil {
 			t.Fatal(err)
@@ -288,48 +285,3 @@ func TestRoom_ReconnectingWithSinceReplaysWhatWasMissed(t *testing.T) {
 		expectLive(t, carl, 4)
 	})
 }
-
-// pipeListener is a net.Listener over net.Pipe: real sockets are not
-// durably blocking in a synctest bubble.
-type pipeListener struct {
-	conns chan net.Conn
-	done  chan struct{}
-	once  sync.Once
-}
-
-func newPipeListener() *pipeListener {
-	return &pipeListener{conns: make(chan net.Conn), done: make(chan struct{})}
-}
-
-func (l *pipeListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.conns:
-		return c, nil
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
-}
-
-func (l *pipeListener) Close() error {
-	l.once.Do(func() { close(l.done) })
-	return nil
-}
-
-func (l *pipeListener) Addr() net.Addr { return pipeAddr{} }
-
-func (l *pipeListener) dial(ctx context.Context, _, _ string) (net.Conn, error) {
-	client, server := net.Pipe()
-	select {
-	case l.conns <- server:
-		return client, nil
-	case <-l.done:
-		return nil, net.ErrClosed
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
-
-type pipeAddr struct{}
-
-func (pipeAddr) Network() string { return "pipe" }
-func (pipeAddr) String() string  { return "pipe" }

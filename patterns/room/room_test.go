@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/durable-go/durable/core"
+	"github.com/durable-go/durable/core/coretest"
 	"github.com/durable-go/durable/patterns/room"
 	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/require"
@@ -56,15 +57,15 @@ func open(t testing.TB, opts core.Options, ropts room.Options) *env {
 func openPipe(t testing.TB, opts core.Options, ropts room.Options) *env {
 	t.Helper()
 	rt, rooms := openRT(t, opts, ropts)
-	pl := newPipeListener()
+	pl := coretest.NewPipeListener()
 	hs := &http.Server{Handler: room.Handler(rooms)}
 	served := make(chan struct{})
 	go func() { defer close(served); hs.Serve(pl) }()
 	t.Cleanup(func() { hs.Close(); <-served })
-	client := &http.Client{Transport: &http.Transport{DialContext: pl.dial}}
+	client := &http.Client{Transport: &http.Transport{DialContext: pl.Dial}}
 	t.Cleanup(client.CloseIdleConnections)
 	return &env{rt: rt, rooms: rooms, base: "ws://pipe", http: "http://pipe",
-		dial: &websocket.Dialer{NetDialContext: pl.dial}, get: client.Get}
+		dial: &websocket.Dialer{NetDialContext: pl.Dial}, get: client.Get}
 }
 
 // join connects a member and reads up to "!live N"; it returns the
@@ -421,48 +422,3 @@ func TestParseDelivery(t *testing.T) {
 		}
 	}
 }
-
-// pipeListener is a net.Listener over net.Pipe, so that servers and
-// clients can talk inside a synctest bubble.
-type pipeListener struct {
-	conns chan net.Conn
-	done  chan struct{}
-	once  sync.Once
-}
-
-func newPipeListener() *pipeListener {
-	return &pipeListener{conns: make(chan net.Conn), done: make(chan struct{})}
-}
-
-func (l *pipeListener) Accept() (net.Conn, error) {
-	select {
-	case c := <-l.conns:
-		return c, nil
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
-}
-
-func (l *pipeListener) Close() error {
-	l.once.Do(func() { close(l.done) })
-	return nil
-}
-
-func (l *pipeListener) Addr() net.Addr { return pipeAddr{} }
-
-func (l *pipeListener) dial(ctx context.Context, _, _ string) (net.Conn, error) {
-	client, server := net.Pipe()
-	select {
-	case l.conns <- server:
-		return client, nil
-	case <-l.done:
-		return nil, net.ErrClosed
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
-
-type pipeAddr struct{}
-
-func (pipeAddr) Network() string { return "pipe" }
-func (pipeAddr) String() string  { return "pipe" }
