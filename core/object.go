@@ -85,6 +85,7 @@ type batch struct {
 func newObject(ns *namespace, name, id string) *object {
 	o := &object{ns: ns, rt: ns.rt, name: name, id: id, lastActive: time.Now()}
 	o.state.o = o
+	o.state.storage.o = o
 	return o
 }
 

@@ -29,10 +29,7 @@ func (st *State) ID() string { return st.o.id }
 func (st *State) Namespace() string { return st.o.ns.name }
 
 // Storage returns the object's storage.
-func (st *State) Storage() *Storage {
-	st.storage.o = st.o
-	return &st.storage
-}
+func (st *State) Storage() *Storage { return &st.storage }
 
 // Await runs fn with the object's input gate open. The turn so far is
 // committed durably first; while fn runs other calls to the object may run
