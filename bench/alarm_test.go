@@ -49,26 +49,14 @@ func registerFirers(b *testing.B, rt *core.Runtime, done func(time.Duration)) *c
 // each object's time.
 func armAll(b *testing.B, ns *core.Namespace[*firer], n int, at func(i int) time.Time) {
 	b.Helper()
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, 64)
-	for range 64 {
-		wg.Go(func() {
-			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
-				s, err := ns.Get(fmt.Sprint("o", i))
-				if err == nil {
-					err = core.Do(context.Background(), s, func(_ context.Context, f *firer) error { return f.st.SetAlarm(at(i)) })
-				}
-				if err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
+	err := each(n, 64, func(i int) error {
+		s, err := ns.Get(fmt.Sprint("o", i))
+		if err != nil {
+			return err
+		}
+		return core.Do(context.Background(), s, func(_ context.Context, f *firer) error { return f.st.SetAlarm(at(i)) })
+	})
+	if err != nil {
 		b.Fatal(err)
 	}
 }

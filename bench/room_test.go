@@ -65,7 +65,7 @@ func benchRoomFanout(b *testing.B, n int) {
 	// offset it received.
 	conns := make([]*websocket.Conn, n)
 	last := make([]atomic.Int64, n)
-	err = roomEach(n, 16, func(i int) error {
+	err = each(n, 16, func(i int) error {
 		c, _, err := websocket.DefaultDialer.Dial(url, nil)
 		if err != nil {
 			return err
@@ -251,7 +251,7 @@ func TestRoomClientsChild(t *testing.T) {
 	}
 	raiseFileLimit(t, roomIdleConns+256)
 	conns := make([]*websocket.Conn, roomIdleConns)
-	err := roomEach(roomIdleConns, 32, func(i int) error {
+	err := each(roomIdleConns, 32, func(i int) error {
 		url := fmt.Sprintf("ws://%s/room/r%d?name=m%d", addr, i%roomIdleRooms, i)
 		c, _, err := websocket.DefaultDialer.Dial(url, nil)
 		if err != nil {
@@ -300,35 +300,4 @@ func roomClose(b *testing.B, rt *core.Runtime) {
 	if err := rt.Close(); err != nil {
 		b.Error(err)
 	}
-}
-
-// roomEach runs fn(i) for i in [0, n) on workers goroutines and returns
-// the first error.
-func roomEach(n, workers int, fn func(i int) error) error {
-	var (
-		next  atomic.Int64
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		first error
-	)
-	for range min(workers, n) {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n {
-					return
-				}
-				if err := fn(i); err != nil {
-					mu.Lock()
-					if first == nil {
-						first = err
-					}
-					mu.Unlock()
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	return first
 }

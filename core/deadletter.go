@@ -100,9 +100,8 @@ func (rt *Runtime) Rearm(ctx context.Context, seq int64, at time.Time) error {
 		return err
 	}
 	defer rt.leave()
-	for {
-		o := n.object(dl.Name, dl.ObjectID)
-		err = o.run(ctx, func(context.Context, any) error {
+	err = n.with(dl.Name, dl.ObjectID, func(o *object) error {
+		return o.run(ctx, func(context.Context, any) error {
 			row, ok, err := o.getTimer(dl.Path, dl.Key)
 			if err != nil {
 				return err
@@ -112,10 +111,7 @@ func (rt *Runtime) Rearm(ctx context.Context, seq int64, at time.Time) error {
 			}
 			return o.putTimer(row.with(at.UnixNano()))
 		})
-		if err != errEvicted {
-			break
-		}
-	}
+	})
 	if err != nil {
 		return &Error{Op: "rearm", Namespace: dl.Namespace, Name: dl.Name, Err: err}
 	}

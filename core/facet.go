@@ -150,14 +150,9 @@ func (o *object) rootDo(fn func(root *object) error) error {
 	if o.cur == nil {
 		return ErrNotInTurn
 	}
-	for {
-		root := fi.root.object(fi.rname, fi.rid)
-		err := root.run(context.Background(), func(context.Context, any) error { return fn(root) })
-		if err == errEvicted {
-			continue
-		}
-		return err
-	}
+	return fi.root.with(fi.rname, fi.rid, func(root *object) error {
+		return root.run(context.Background(), func(context.Context, any) error { return fn(root) })
+	})
 }
 
 // facetObject finds the facet object a timer row's owner names.

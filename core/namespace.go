@@ -189,6 +189,16 @@ func (s *Stub[T]) resident() *object {
 	return s.ns.object(s.name, s.id)
 }
 
+// with runs fn on the resident object for name, looking it up again if it
+// was evicted before fn could queue for it (fn returned errEvicted).
+func (ns *namespace) with(name, id string, fn func(o *object) error) error {
+	for {
+		if err := fn(ns.object(name, id)); err != errEvicted {
+			return err
+		}
+	}
+}
+
 // object returns the resident object for name, creating it if needed.
 func (ns *namespace) object(name, id string) *object {
 	ns.mu.Lock()
@@ -279,8 +289,7 @@ func (s *Stub[T]) TriggerAlarm(ctx context.Context) (bool, error) {
 		owner, rootNS, rootName, rootID = fi.owner, fi.root, fi.rname, fi.rid
 	}
 	var had bool
-	for {
-		o := rootNS.object(rootName, rootID)
+	err := rootNS.with(rootName, rootID, func(o *object) error {
 		err := o.run(ctx, func(context.Context, any) error {
 			r, ok, err := o.getTimer(owner, "")
 			if err != nil || !ok {
@@ -293,12 +302,10 @@ func (s *Stub[T]) TriggerAlarm(ctx context.Context) (bool, error) {
 		if err == nil && had {
 			err = o.runTimers(ctx)
 		}
-		if err == errEvicted {
-			continue
-		}
-		if err != nil {
-			return had, &Error{Op: "trigger alarm", Namespace: s.ns.name, Name: s.display(), Err: err}
-		}
-		return had, nil
+		return err
+	})
+	if err != nil {
+		return had, &Error{Op: "trigger alarm", Namespace: s.ns.name, Name: s.display(), Err: err}
 	}
+	return had, nil
 }

@@ -294,14 +294,7 @@ func (s *scheduler) fire(ns, id, name string) {
 		return
 	}
 	s.mu.Unlock()
-	var err error
-	for {
-		o := n.object(name, id)
-		err = o.runTimers(context.Background())
-		if err != errEvicted {
-			break
-		}
-	}
+	err := n.with(name, id, func(o *object) error { return o.runTimers(context.Background()) })
 	s.mu.Lock()
 	e := s.byKey[alarmKey{ns, id}]
 	if e != nil {

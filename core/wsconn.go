@@ -408,14 +408,10 @@ func (ws *WebSocket) deliver(fn func(context.Context, any) error) error {
 		return err
 	}
 	defer rt.leave()
-	for {
-		o := ws.ns.object(ws.name, ws.id)
+	return ws.ns.with(ws.name, ws.id, func(o *object) error {
 		ws.obj.Store(o)
-		err := o.run(rt.background(), fn)
-		if err != errEvicted {
-			return err
-		}
-	}
+		return o.run(rt.background(), fn)
+	})
 }
 
 // finish ends the connection once its reader has stopped: it lets the
