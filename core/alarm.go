@@ -83,8 +83,11 @@ var maxAlarmTime = time.Unix(0, math.MaxInt64).Add(-365 * 24 * time.Hour)
 // (SEMANTICS A1). A time in the past fires at once. It is part of the turn:
 // it takes effect when the turn commits, and it counts as one row written.
 // The object must implement Alarmer.
-func (st *State) SetAlarm(t time.Time) error {
+func (st *State) SetAlarm(ctx context.Context, t time.Time) error {
 	o := st.o
+	if err := o.inTurn(ctx); err != nil {
+		return err
+	}
 	switch {
 	case t.IsZero():
 		return errors.New("core: SetAlarm: zero time")
@@ -105,7 +108,10 @@ func (st *State) SetAlarm(t time.Time) error {
 
 // GetAlarm returns the pending alarm's time, and false if none is set.
 // While Alarm runs, the alarm being run is no longer pending (A13).
-func (st *State) GetAlarm() (time.Time, bool, error) {
+func (st *State) GetAlarm(ctx context.Context) (time.Time, bool, error) {
+	if err := st.o.inTurn(ctx); err != nil {
+		return time.Time{}, false, err
+	}
 	r, ok, err := st.o.timerGet("")
 	if err != nil || !ok {
 		return time.Time{}, false, err
@@ -114,7 +120,10 @@ func (st *State) GetAlarm() (time.Time, bool, error) {
 }
 
 // DeleteAlarm cancels the pending alarm, including a retry waiting to run.
-func (st *State) DeleteAlarm() error {
+func (st *State) DeleteAlarm(ctx context.Context) error {
+	if err := st.o.inTurn(ctx); err != nil {
+		return err
+	}
 	_, err := st.o.timerDel("")
 	return err
 }

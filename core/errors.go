@@ -42,6 +42,11 @@ var (
 	// ErrNoRows is returned by Row.Scan when the query selected no row.
 	ErrNoRows = errors.New("core: no rows in result set")
 
+	// ErrDeadlock is returned at once by a call, TriggerAlarm or another
+	// runtime operation that would wait for a gate held by a turn that is
+	// itself waiting, directly or through other objects, for the caller.
+	ErrDeadlock = errors.New("core: deadlock: the object's gate is held by a turn waiting for this caller")
+
 	// ErrTooLarge is returned when a value is over a documented size limit.
 	ErrTooLarge = errors.New("core: value too large")
 )

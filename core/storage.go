@@ -1,6 +1,7 @@
 package core
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -38,6 +39,15 @@ type StorageStats struct {
 // Stats returns the object's counters. It may be called at any time.
 func (s *Storage) Stats() StorageStats {
 	return StorageStats{RowsRead: s.o.reads.Load(), RowsWritten: s.o.writes.Load()}
+}
+
+// in returns the open database with the turn's savepoint in place, if
+// ctx marks the object's running turn.
+func (s *Storage) in(ctx context.Context) (*store, error) {
+	if err := s.o.inTurn(ctx); err != nil {
+		return nil, err
+	}
+	return s.begin()
 }
 
 // begin returns the open database with the turn's savepoint in place,
@@ -106,8 +116,8 @@ func short(q string) string {
 
 // Exec runs statements that return no rows. query may hold several
 // statements separated by semicolons (a schema, say).
-func (s *Storage) Exec(query string, args ...any) (Result, error) {
-	st, err := s.begin()
+func (s *Storage) Exec(ctx context.Context, query string, args ...any) (Result, error) {
+	st, err := s.in(ctx)
 	if err != nil {
 		return Result{}, err
 	}
@@ -132,8 +142,8 @@ func (s *Storage) Exec(query string, args ...any) (Result, error) {
 
 // Query runs a statement that returns rows. Close the rows before the turn
 // ends (the runtime closes any left open).
-func (s *Storage) Query(query string, args ...any) (*Rows, error) {
-	st, err := s.begin()
+func (s *Storage) Query(ctx context.Context, query string, args ...any) (*Rows, error) {
+	st, err := s.in(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -155,8 +165,8 @@ func (s *Storage) Query(query string, args ...any) (*Rows, error) {
 
 // QueryRow runs a statement expected to return at most one row. Errors are
 // deferred to Row.Scan.
-func (s *Storage) QueryRow(query string, args ...any) *Row {
-	rows, err := s.Query(query, args...)
+func (s *Storage) QueryRow(ctx context.Context, query string, args ...any) *Row {
+	rows, err := s.Query(ctx, query, args...)
 	return &Row{rows: rows, err: err}
 }
 
@@ -164,8 +174,8 @@ func (s *Storage) QueryRow(query string, args ...any) *Row {
 // are kept if fn returns nil and rolled back if it returns an error (which
 // Transaction returns) or panics (which Transaction re-panics). Transactions
 // nest.
-func (s *Storage) Transaction(fn func() error) (err error) {
-	st, err := s.begin()
+func (s *Storage) Transaction(ctx context.Context, fn func() error) (err error) {
+	st, err := s.in(ctx)
 	if err != nil {
 		return err
 	}
@@ -201,14 +211,14 @@ func (s *Storage) Transaction(fn func() error) (err error) {
 // DeleteAll deletes everything the object stored: every table, view,
 // index and trigger, the KV pairs, and the pending alarm (see
 // DeleteAllKeepAlarm). It is part of the turn, so it rolls back with it.
-func (s *Storage) DeleteAll() error { return s.deleteAll(false) }
+func (s *Storage) DeleteAll(ctx context.Context) error { return s.deleteAll(ctx, false) }
 
 // DeleteAllKeepAlarm is DeleteAll that leaves the pending alarm in place,
 // as the original runtime did before 2026-02-24.
-func (s *Storage) DeleteAllKeepAlarm() error { return s.deleteAll(true) }
+func (s *Storage) DeleteAllKeepAlarm(ctx context.Context) error { return s.deleteAll(ctx, true) }
 
-func (s *Storage) deleteAll(keepAlarm bool) error {
-	st, err := s.begin()
+func (s *Storage) deleteAll(ctx context.Context, keepAlarm bool) error {
+	st, err := s.in(ctx)
 	if err != nil {
 		return err
 	}

@@ -107,10 +107,10 @@ type WebSocketErrorHandler interface {
 // If the handshake fails (not an upgrade, a foreign Origin: see
 // Options.WebSocketOrigins), the error response has been written to w and
 // the error wraps ErrBadHandshake; return nil from Fetch to send it.
-func (st *State) AcceptWebSocket(w http.ResponseWriter, r *http.Request, tags ...string) (*WebSocket, error) {
+func (st *State) AcceptWebSocket(ctx context.Context, w http.ResponseWriter, r *http.Request, tags ...string) (*WebSocket, error) {
 	o := st.o
-	if o.cur == nil {
-		return nil, ErrNotInTurn
+	if err := o.inTurn(ctx); err != nil {
+		return nil, err
 	}
 	if len(tags) > MaxTags {
 		return nil, fmt.Errorf("core: AcceptWebSocket: %d tags (limit %d)", len(tags), MaxTags)
@@ -280,26 +280,33 @@ type wsEnd struct {
 // client (Options.WebSocketSendQueue), it is cut off with 1013 and the
 // object receives WebSocketError with ErrSlowClient: a slow client never
 // stalls the room.
-func (ws *WebSocket) Send(m Message) error {
+func (ws *WebSocket) Send(ctx context.Context, m Message) error {
+	o := turnOf(ctx)
+	if o == nil {
+		return ErrNotInTurn
+	}
 	if !ws.open() {
 		return ErrWebSocketClosed
 	}
-	if o := ws.turnObject(); o != nil {
-		o.addOut(wsOut{ws: ws, msg: m})
-		return nil
-	}
-	return ws.enqueue(m)
+	o.addOut(wsOut{ws: ws, msg: m})
+	return nil
 }
 
 // SendText sends a text message.
-func (ws *WebSocket) SendText(s string) error { return ws.Send(TextMessage(s)) }
+func (ws *WebSocket) SendText(ctx context.Context, s string) error {
+	return ws.Send(ctx, TextMessage(s))
+}
 
 // Close closes the connection with code (1000, or 3000 to 4999) and reason
 // (at most 123 bytes). Messages sent before it are written first; the
 // runtime then waits a moment for the client's Close frame. The object's
 // WebSocketClose handler is not called for a close it made. Like Send,
 // Close is output-gated when called from a turn.
-func (ws *WebSocket) Close(code int, reason string) error {
+func (ws *WebSocket) Close(ctx context.Context, code int, reason string) error {
+	o := turnOf(ctx)
+	if o == nil {
+		return ErrNotInTurn
+	}
 	if code != CloseNormal && (code < 3000 || code > 4999) {
 		return fmt.Errorf("core: websocket close code %d: use 1000 or 3000 to 4999", code)
 	}
@@ -309,12 +316,7 @@ func (ws *WebSocket) Close(code int, reason string) error {
 	if !ws.open() {
 		return ErrWebSocketClosed
 	}
-	end := &wsEnd{code: code, reason: reason}
-	if o := ws.turnObject(); o != nil {
-		o.addOut(wsOut{ws: ws, kind: wsOutClose, end: end})
-		return nil
-	}
-	ws.startClose(end)
+	o.addOut(wsOut{ws: ws, kind: wsOutClose, end: &wsEnd{code: code, reason: reason}})
 	return nil
 }
 
