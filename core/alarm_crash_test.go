@@ -38,13 +38,13 @@ func TestAlarmCrashChild(t *testing.T) {
 	}
 	rt, err := core.Open(core.Options{Dir: dir})
 	require.NoError(t, err)
-	ns, err := core.Register(rt, "clocks", func(st *core.State) (*crashClock, error) { return &crashClock{st: st}, nil })
+	ns, err := core.Register(rt, "clocks", func(_ context.Context, st *core.State) (*crashClock, error) { return &crashClock{st: st}, nil })
 	require.NoError(t, err)
 	due := time.Now().Add(time.Hour) // not due in the child, however slow it is
 	for i := range 20 {
 		s, err := ns.Get(fmt.Sprint("c", i))
 		require.NoError(t, err)
-		require.NoError(t, core.Do(context.Background(), s, func(_ context.Context, c *crashClock) error { return c.st.SetAlarm(due) }))
+		require.NoError(t, core.Do(context.Background(), s, func(ctx context.Context, c *crashClock) error { return c.st.SetAlarm(ctx, due) }))
 	}
 	fmt.Println("armed")
 	time.Sleep(time.Minute) // killed long before
@@ -78,7 +78,9 @@ func TestAlarm_SurvivesSIGKILL(t *testing.T) {
 	require.NoError(t, err)
 	defer rt.Close()
 	fired := make(chan string, 100)
-	_, err = core.Register(rt, "clocks", func(st *core.State) (*crashClock, error) { return &crashClock{st: st, fired: fired}, nil })
+	_, err = core.Register(rt, "clocks", func(_ context.Context, st *core.State) (*crashClock, error) {
+		return &crashClock{st: st, fired: fired}, nil
+	})
 	require.NoError(t, err)
 	seen := map[string]int{}
 	deadline := time.After(30 * time.Second)

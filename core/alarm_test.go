@@ -54,7 +54,7 @@ type clock struct {
 }
 
 func (c *clock) Alarm(ctx context.Context, info core.AlarmInfo) error {
-	_, pending, err := c.st.GetAlarm()
+	_, pending, err := c.st.GetAlarm(ctx)
 	if err != nil {
 		return err
 	}
@@ -73,15 +73,15 @@ type clockNS struct {
 
 // openClocks opens a runtime whose "clocks" objects run handler on alarm
 // and arm in their constructor with ctorArm, if set.
-func openClocks(t testing.TB, opts core.Options, handler func(context.Context, *clock, core.AlarmInfo) error, ctor func(*clock) error) *clockNS {
+func openClocks(t testing.TB, opts core.Options, handler func(context.Context, *clock, core.AlarmInfo) error, ctor func(context.Context, *clock) error) *clockNS {
 	t.Helper()
 	rt := openRT(t, opts)
 	l := &log{}
-	ns, err := core.Register(rt, "clocks", func(st *core.State) (*clock, error) {
+	ns, err := core.Register(rt, "clocks", func(ctx context.Context, st *core.State) (*clock, error) {
 		c := &clock{st: st, log: l, handler: handler}
 		l.add(event{obj: st.Name(), kind: "construct"})
 		if ctor != nil {
-			return c, ctor(c)
+			return c, ctor(ctx, c)
 		}
 		return c, nil
 	})
@@ -89,20 +89,20 @@ func openClocks(t testing.TB, opts core.Options, handler func(context.Context, *
 	return &clockNS{rt: rt, ns: ns, log: l}
 }
 
-func (c *clockNS) do(t testing.TB, name string, fn func(*clock) error) {
+func (c *clockNS) do(t testing.TB, name string, fn func(context.Context, *clock) error) {
 	t.Helper()
 	s, err := c.ns.Get(name)
 	require.NoError(t, err)
-	require.NoError(t, core.Do(context.Background(), s, func(_ context.Context, cl *clock) error { return fn(cl) }))
+	require.NoError(t, core.Do(context.Background(), s, func(ctx context.Context, cl *clock) error { return fn(ctx, cl) }))
 }
 
 func (c *clockNS) alarm(t testing.TB, name string) (time.Time, bool) {
 	t.Helper()
 	var at time.Time
 	var ok bool
-	c.do(t, name, func(cl *clock) error {
+	c.do(t, name, func(ctx context.Context, cl *clock) error {
 		var err error
-		at, ok, err = cl.st.GetAlarm()
+		at, ok, err = cl.st.GetAlarm(ctx)
 		return err
 	})
 	return at, ok
@@ -115,16 +115,16 @@ func TestAlarm_ArmTwiceOverwrites(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := openClocks(t, core.Options{}, nil, nil)
 		t0 := time.Now()
-		c.do(t, "o", func(cl *clock) error { return cl.st.SetAlarm(t0.Add(30 * time.Second)) })
+		c.do(t, "o", func(ctx context.Context, cl *clock) error { return cl.st.SetAlarm(ctx, t0.Add(30*time.Second)) })
 		at, ok := c.alarm(t, "o")
 		require.True(t, ok)
 		require.True(t, at.Equal(t0.Add(30*time.Second)))
-		c.do(t, "o", func(cl *clock) error { return cl.st.SetAlarm(t0.Add(60 * time.Second)) })
+		c.do(t, "o", func(ctx context.Context, cl *clock) error { return cl.st.SetAlarm(ctx, t0.Add(60*time.Second)) })
 		at, ok = c.alarm(t, "o")
 		require.True(t, ok)
 		require.True(t, at.Equal(t0.Add(60*time.Second)), "overwritten")
 		require.EqualValues(t, 1, c.rt.Stats().Alarms, "one alarm per object")
-		c.do(t, "o", func(cl *clock) error { return cl.st.DeleteAlarm() })
+		c.do(t, "o", func(ctx context.Context, cl *clock) error { return cl.st.DeleteAlarm(ctx) })
 		_, ok = c.alarm(t, "o")
 		require.False(t, ok)
 		time.Sleep(2 * time.Minute)
@@ -140,9 +140,9 @@ func TestAlarm_FiresOnceAndClears(t *testing.T) {
 		c := openClocks(t, core.Options{}, nil, nil)
 		t0 := time.Now()
 		var before core.StorageStats
-		c.do(t, "o", func(cl *clock) error {
+		c.do(t, "o", func(ctx context.Context, cl *clock) error {
 			before = cl.st.Storage().Stats()
-			err := cl.st.SetAlarm(t0.Add(500 * time.Millisecond))
+			err := cl.st.SetAlarm(ctx, t0.Add(500*time.Millisecond))
 			require.Equal(t, before.RowsWritten+1, cl.st.Storage().Stats().RowsWritten, "S-A11")
 			return err
 		})
@@ -175,7 +175,7 @@ func TestAlarm_RetryLadderThenDeadLetter(t *testing.T) {
 			return nil
 		}, nil)
 		t0 := time.Now()
-		c.do(t, "o", func(cl *clock) error { return cl.st.SetAlarm(t0) })
+		c.do(t, "o", func(ctx context.Context, cl *clock) error { return cl.st.SetAlarm(ctx, t0) })
 		time.Sleep(10 * time.Minute)
 		synctest.Wait()
 		fires := c.log.of("alarm")
@@ -218,7 +218,7 @@ func TestAlarm_RetryLadderThenDeadLetter(t *testing.T) {
 func TestAlarm_RetryJitter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := openClocks(t, core.Options{}, func(context.Context, *clock, core.AlarmInfo) error { return errors.New("no") }, nil)
-		c.do(t, "o", func(cl *clock) error { return cl.st.SetAlarm(time.Now()) })
+		c.do(t, "o", func(ctx context.Context, cl *clock) error { return cl.st.SetAlarm(ctx, cl.st.Now()) })
 		time.Sleep(10 * time.Minute)
 		synctest.Wait()
 		fires := c.log.of("alarm")
@@ -236,30 +236,30 @@ func TestAlarm_RetryJitter(t *testing.T) {
 func TestAlarm_Debounce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		flushed := map[string]int{}
-		c := openClocks(t, core.Options{}, func(_ context.Context, cl *clock, _ core.AlarmInfo) error {
-			n, _, err := core.GetJSON[int](cl.st.Storage(), "hits")
+		c := openClocks(t, core.Options{}, func(ctx context.Context, cl *clock, _ core.AlarmInfo) error {
+			n, _, err := core.GetJSON[int](ctx, cl.st.Storage(), "hits")
 			flushed[cl.st.Name()] += n
 			cl.log.add(event{kind: "flush", note: fmt.Sprint(n)})
 			if err != nil {
 				return err
 			}
-			return core.PutJSON(cl.st.Storage(), "hits", 0)
+			return core.PutJSON(ctx, cl.st.Storage(), "hits", 0)
 		}, nil)
 		armed := 0
 		for range 5 {
-			c.do(t, "o", func(cl *clock) error {
-				n, _, err := core.GetJSON[int](cl.st.Storage(), "hits")
+			c.do(t, "o", func(ctx context.Context, cl *clock) error {
+				n, _, err := core.GetJSON[int](ctx, cl.st.Storage(), "hits")
 				if err != nil {
 					return err
 				}
-				if err := core.PutJSON(cl.st.Storage(), "hits", n+1); err != nil {
+				if err := core.PutJSON(ctx, cl.st.Storage(), "hits", n+1); err != nil {
 					return err
 				}
-				if _, pending, err := cl.st.GetAlarm(); err != nil || pending {
+				if _, pending, err := cl.st.GetAlarm(ctx); err != nil || pending {
 					return err
 				}
 				armed++
-				return cl.st.SetAlarm(time.Now().Add(2 * time.Second))
+				return cl.st.SetAlarm(ctx, cl.st.Now().Add(2*time.Second))
 			})
 			time.Sleep(100 * time.Millisecond)
 		}
@@ -278,10 +278,10 @@ func TestAlarm_DeleteAll(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := openClocks(t, core.Options{}, nil, nil)
 		for _, name := range []string{"gone", "kept"} {
-			c.do(t, name, func(cl *clock) error { return cl.st.SetAlarm(time.Now().Add(time.Minute)) })
+			c.do(t, name, func(ctx context.Context, cl *clock) error { return cl.st.SetAlarm(ctx, cl.st.Now().Add(time.Minute)) })
 		}
-		c.do(t, "gone", func(cl *clock) error { return cl.st.Storage().DeleteAll() })
-		c.do(t, "kept", func(cl *clock) error { return cl.st.Storage().DeleteAllKeepAlarm() })
+		c.do(t, "gone", func(ctx context.Context, cl *clock) error { return cl.st.Storage().DeleteAll(ctx) })
+		c.do(t, "kept", func(ctx context.Context, cl *clock) error { return cl.st.Storage().DeleteAllKeepAlarm(ctx) })
 		_, ok := c.alarm(t, "gone")
 		require.False(t, ok)
 		_, ok = c.alarm(t, "kept")
@@ -299,7 +299,7 @@ func TestAlarm_DeleteAll(t *testing.T) {
 func TestAlarm_WakesEvictedObject(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := openClocks(t, core.Options{IdleTimeout: 10 * time.Second}, nil, nil)
-		c.do(t, "sleeper", func(cl *clock) error { return cl.st.SetAlarm(time.Now().Add(time.Minute)) })
+		c.do(t, "sleeper", func(ctx context.Context, cl *clock) error { return cl.st.SetAlarm(ctx, cl.st.Now().Add(time.Minute)) })
 		time.Sleep(30 * time.Second)
 		synctest.Wait()
 		require.EqualValues(t, 0, c.rt.Stats().Resident, "evicted while the alarm is pending")
@@ -328,13 +328,13 @@ func TestAlarm_OneRunAtATime(t *testing.T) {
 			runs++
 			defer func() { running-- }()
 			if runs < 3 {
-				if err := cl.st.SetAlarm(time.Now()); err != nil {
+				if err := cl.st.SetAlarm(ctx, cl.st.Now()); err != nil {
 					return err
 				}
 			}
 			return cl.st.Sleep(ctx, time.Second)
 		}, nil)
-		c.do(t, "o", func(cl *clock) error { return cl.st.SetAlarm(time.Now()) })
+		c.do(t, "o", func(ctx context.Context, cl *clock) error { return cl.st.SetAlarm(ctx, cl.st.Now()) })
 		time.Sleep(10 * time.Second)
 		synctest.Wait()
 		require.Equal(t, 3, runs)
@@ -356,7 +356,7 @@ func TestAlarm_WallTimeLimit(t *testing.T) {
 			return nil // and even claims success
 		}, nil)
 		t0 := time.Now()
-		c.do(t, "o", func(cl *clock) error { return cl.st.SetAlarm(t0) })
+		c.do(t, "o", func(ctx context.Context, cl *clock) error { return cl.st.SetAlarm(ctx, t0) })
 		time.Sleep(5 * time.Minute)
 		synctest.Wait()
 		fires := c.log.of("alarm")
@@ -370,9 +370,9 @@ func TestAlarm_WallTimeLimit(t *testing.T) {
 // failed one is not retried.
 func TestAlarm_FailedHandlerThatRearmed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := openClocks(t, noJitter, func(_ context.Context, cl *clock, info core.AlarmInfo) error {
+		c := openClocks(t, noJitter, func(ctx context.Context, cl *clock, info core.AlarmInfo) error {
 			if cl.log.of("alarm")[0].at.Equal(time.Now()) && len(cl.log.of("alarm")) == 1 {
-				if err := cl.st.SetAlarm(time.Now().Add(time.Hour)); err != nil {
+				if err := cl.st.SetAlarm(ctx, cl.st.Now().Add(time.Hour)); err != nil {
 					return err
 				}
 				return errors.New("failed after re-arming")
@@ -380,7 +380,7 @@ func TestAlarm_FailedHandlerThatRearmed(t *testing.T) {
 			return nil
 		}, nil)
 		t0 := time.Now()
-		c.do(t, "o", func(cl *clock) error { return cl.st.SetAlarm(t0) })
+		c.do(t, "o", func(ctx context.Context, cl *clock) error { return cl.st.SetAlarm(ctx, t0) })
 		time.Sleep(time.Minute)
 		synctest.Wait()
 		require.Len(t, c.log.of("alarm"), 1, "no retry")
@@ -398,14 +398,14 @@ func TestAlarm_FailedHandlerThatRearmed(t *testing.T) {
 // S-A15: alarms do not repeat; periodic work re-arms at the end of Alarm.
 func TestAlarm_PeriodicRearm(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := openClocks(t, core.Options{}, func(_ context.Context, cl *clock, _ core.AlarmInfo) error {
+		c := openClocks(t, core.Options{}, func(ctx context.Context, cl *clock, _ core.AlarmInfo) error {
 			if len(cl.log.of("alarm")) < 3 {
-				return cl.st.SetAlarm(time.Now().Add(10 * time.Second))
+				return cl.st.SetAlarm(ctx, cl.st.Now().Add(10*time.Second))
 			}
 			return nil
 		}, nil)
 		t0 := time.Now()
-		c.do(t, "o", func(cl *clock) error { return cl.st.SetAlarm(t0.Add(10 * time.Second)) })
+		c.do(t, "o", func(ctx context.Context, cl *clock) error { return cl.st.SetAlarm(ctx, t0.Add(10*time.Second)) })
 		time.Sleep(time.Minute)
 		synctest.Wait()
 		fires := c.log.of("alarm")
@@ -420,20 +420,20 @@ func TestAlarm_PeriodicRearm(t *testing.T) {
 // pending alarm across evictions.
 func TestAlarm_ConstructorChecksFirst(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := openClocks(t, core.Options{IdleTimeout: 5 * time.Second}, nil, func(cl *clock) error {
-			if _, ok, err := cl.st.GetAlarm(); err != nil || ok {
+		c := openClocks(t, core.Options{IdleTimeout: 5 * time.Second}, nil, func(ctx context.Context, cl *clock) error {
+			if _, ok, err := cl.st.GetAlarm(ctx); err != nil || ok {
 				return err
 			}
 			if len(cl.log.of("alarm")) > 0 {
 				return nil
 			}
-			return cl.st.SetAlarm(time.Now().Add(time.Minute))
+			return cl.st.SetAlarm(ctx, cl.st.Now().Add(time.Minute))
 		})
 		t0 := time.Now()
-		c.do(t, "o", func(*clock) error { return nil })
+		c.do(t, "o", func(context.Context, *clock) error { return nil })
 		for range 5 { // wake it now and then: each wake re-runs the constructor
 			time.Sleep(10 * time.Second)
-			c.do(t, "o", func(*clock) error { return nil })
+			c.do(t, "o", func(context.Context, *clock) error { return nil })
 		}
 		time.Sleep(time.Minute)
 		synctest.Wait()
@@ -462,17 +462,17 @@ func TestAlarm_BadInput(t *testing.T) {
 			}
 			return nil
 		}, nil)
-		err := core.Do(context.Background(), mustGet(t, c.ns, "zero"), func(_ context.Context, cl *clock) error { return cl.st.SetAlarm(time.Time{}) })
+		err := core.Do(context.Background(), mustGet(t, c.ns, "zero"), func(ctx context.Context, cl *clock) error { return cl.st.SetAlarm(ctx, time.Time{}) })
 		require.ErrorContains(t, err, "zero time")
 		t0 := time.Now()
-		c.do(t, "past", func(cl *clock) error { return cl.st.SetAlarm(t0.Add(-100 * 365 * 24 * time.Hour)) })
-		c.do(t, "future", func(cl *clock) error { return cl.st.SetAlarm(t0.Add(200 * 365 * 24 * time.Hour)) })
-		c.do(t, "panicky", func(cl *clock) error { return cl.st.SetAlarm(t0) })
-		c.do(t, "cancelled", func(cl *clock) error { return cl.st.SetAlarm(t0) })
+		c.do(t, "past", func(ctx context.Context, cl *clock) error { return cl.st.SetAlarm(ctx, t0.Add(-100*365*24*time.Hour)) })
+		c.do(t, "future", func(ctx context.Context, cl *clock) error { return cl.st.SetAlarm(ctx, t0.Add(200*365*24*time.Hour)) })
+		c.do(t, "panicky", func(ctx context.Context, cl *clock) error { return cl.st.SetAlarm(ctx, t0) })
+		c.do(t, "cancelled", func(ctx context.Context, cl *clock) error { return cl.st.SetAlarm(ctx, t0) })
 		synctest.Wait()
 		time.Sleep(time.Millisecond)
 		synctest.Wait()
-		c.do(t, "cancelled", func(cl *clock) error { return cl.st.DeleteAlarm() }) // its first retry is pending
+		c.do(t, "cancelled", func(ctx context.Context, cl *clock) error { return cl.st.DeleteAlarm(ctx) }) // its first retry is pending
 		time.Sleep(time.Hour)
 		synctest.Wait()
 		count := map[string]int{}
@@ -489,7 +489,7 @@ func TestAlarm_BadInput(t *testing.T) {
 		rt := c.rt
 		plain, err := core.Register(rt, "plain", newItem)
 		require.NoError(t, err)
-		err = core.Do(context.Background(), get(t, plain, "p"), func(_ context.Context, it *item) error { return it.st.SetAlarm(time.Now()) })
+		err = core.Do(context.Background(), get(t, plain, "p"), func(ctx context.Context, it *item) error { return it.st.SetAlarm(ctx, it.st.Now()) })
 		require.ErrorContains(t, err, "do not implement core.Alarmer")
 	})
 }
@@ -507,14 +507,14 @@ func TestAlarm_SurviveRestart(t *testing.T) {
 		dir := t.TempDir()
 		rt, err := core.Open(core.Options{Dir: dir})
 		require.NoError(t, err)
-		ns, err := core.Register(rt, "clocks", func(st *core.State) (*clock, error) { return &clock{st: st, log: &log{}}, nil })
+		ns, err := core.Register(rt, "clocks", func(_ context.Context, st *core.State) (*clock, error) { return &clock{st: st, log: &log{}}, nil })
 		require.NoError(t, err)
 		due := time.Now().Add(time.Minute)
 		var wg sync.WaitGroup
 		for i := range 1000 {
 			wg.Go(func() {
-				require.NoError(t, core.Do(context.Background(), mustGet(t, ns, fmt.Sprint("o", i)), func(_ context.Context, cl *clock) error {
-					return cl.st.SetAlarm(due)
+				require.NoError(t, core.Do(context.Background(), mustGet(t, ns, fmt.Sprint("o", i)), func(ctx context.Context, cl *clock) error {
+					return cl.st.SetAlarm(ctx, due)
 				}))
 			})
 		}
@@ -527,7 +527,7 @@ func TestAlarm_SurviveRestart(t *testing.T) {
 		defer rt2.Close()
 		require.EqualValues(t, 1000, rt2.Stats().Alarms, "loaded from the index")
 		l := &log{}
-		_, err = core.Register(rt2, "clocks", func(st *core.State) (*clock, error) { return &clock{st: st, log: l}, nil })
+		_, err = core.Register(rt2, "clocks", func(_ context.Context, st *core.State) (*clock, error) { return &clock{st: st, log: l}, nil })
 		require.NoError(t, err)
 		time.Sleep(2 * time.Minute)
 		synctest.Wait()
@@ -550,11 +550,11 @@ func TestAlarm_DueBeforeRegister(t *testing.T) {
 		dir := t.TempDir()
 		rt, err := core.Open(core.Options{Dir: dir})
 		require.NoError(t, err)
-		ns, err := core.Register(rt, "clocks", func(st *core.State) (*clock, error) { return &clock{st: st, log: &log{}}, nil })
+		ns, err := core.Register(rt, "clocks", func(_ context.Context, st *core.State) (*clock, error) { return &clock{st: st, log: &log{}}, nil })
 		require.NoError(t, err)
 		for i := range 10 {
-			require.NoError(t, core.Do(context.Background(), mustGet(t, ns, fmt.Sprint("o", i)), func(_ context.Context, cl *clock) error {
-				return cl.st.SetAlarm(time.Now().Add(time.Minute))
+			require.NoError(t, core.Do(context.Background(), mustGet(t, ns, fmt.Sprint("o", i)), func(ctx context.Context, cl *clock) error {
+				return cl.st.SetAlarm(ctx, cl.st.Now().Add(time.Minute))
 			}))
 		}
 		require.NoError(t, rt.Close())
@@ -565,7 +565,7 @@ func TestAlarm_DueBeforeRegister(t *testing.T) {
 		defer rt2.Close()
 		synctest.Wait() // the due alarms find no namespace yet
 		l := &log{}
-		_, err = core.Register(rt2, "clocks", func(st *core.State) (*clock, error) { return &clock{st: st, log: l}, nil })
+		_, err = core.Register(rt2, "clocks", func(_ context.Context, st *core.State) (*clock, error) { return &clock{st: st, log: l}, nil })
 		require.NoError(t, err)
 		time.Sleep(time.Millisecond)
 		synctest.Wait()
@@ -587,9 +587,9 @@ func TestAlarm_SetByAnotherTurnDuringAwait(t *testing.T) {
 			return nil
 		}, nil)
 		t0 := time.Now()
-		c.do(t, "o", func(cl *clock) error { return cl.st.SetAlarm(t0) })
+		c.do(t, "o", func(ctx context.Context, cl *clock) error { return cl.st.SetAlarm(ctx, t0) })
 		time.Sleep(500 * time.Millisecond)
-		c.do(t, "o", func(cl *clock) error { return cl.st.SetAlarm(t0.Add(time.Hour)) })
+		c.do(t, "o", func(ctx context.Context, cl *clock) error { return cl.st.SetAlarm(ctx, t0.Add(time.Hour)) })
 		time.Sleep(time.Minute)
 		synctest.Wait()
 		at, ok := c.alarm(t, "o")

@@ -19,42 +19,42 @@ type item struct {
 	built int
 }
 
-func newItem(st *core.State) (*item, error) {
-	_, err := st.Storage().Exec(`CREATE TABLE IF NOT EXISTS item(id INTEGER PRIMARY KEY, stock INTEGER NOT NULL);
+func newItem(ctx context.Context, st *core.State) (*item, error) {
+	_, err := st.Storage().Exec(ctx, `CREATE TABLE IF NOT EXISTS item(id INTEGER PRIMARY KEY, stock INTEGER NOT NULL);
 INSERT OR IGNORE INTO item VALUES (1, 0)`)
 	return &item{st: st}, err
 }
 
-func (it *item) stock() (int, error) {
+func (it *item) stock(ctx context.Context) (int, error) {
 	var n int
-	err := it.st.Storage().QueryRow("SELECT stock FROM item WHERE id = 1").Scan(&n)
+	err := it.st.Storage().QueryRow(ctx, "SELECT stock FROM item WHERE id = 1").Scan(&n)
 	return n, err
 }
 
-func (it *item) setStock(n int) error {
-	_, err := it.st.Storage().Exec("UPDATE item SET stock = ? WHERE id = 1", n)
+func (it *item) setStock(ctx context.Context, n int) error {
+	_, err := it.st.Storage().Exec(ctx, "UPDATE item SET stock = ? WHERE id = 1", n)
 	return err
 }
 
 // reserve has no await between read and write (SEMANTICS C1).
-func (it *item) reserve(qty int) (bool, error) {
-	left, err := it.stock()
+func (it *item) reserve(ctx context.Context, qty int) (bool, error) {
+	left, err := it.stock(ctx)
 	if err != nil || left < qty {
 		return false, err
 	}
-	return true, it.setStock(left - qty)
+	return true, it.setStock(ctx, left-qty)
 }
 
 // reserveRacy waits for something that is not storage between read and write (C2).
 func (it *item) reserveRacy(ctx context.Context, qty int) (bool, error) {
-	left, err := it.stock()
+	left, err := it.stock(ctx)
 	if err != nil || left < qty {
 		return false, err
 	}
 	if err := it.st.Sleep(ctx, time.Millisecond); err != nil {
 		return false, err
 	}
-	return true, it.setStock(left - qty)
+	return true, it.setStock(ctx, left-qty)
 }
 
 func openRT(t testing.TB, opts core.Options) *core.Runtime {
@@ -81,12 +81,12 @@ func get(t testing.TB, ns *core.Namespace[*item], name string) *core.Stub[*item]
 
 func setStock(t testing.TB, s *core.Stub[*item], n int) {
 	t.Helper()
-	require.NoError(t, core.Do(context.Background(), s, func(_ context.Context, it *item) error { return it.setStock(n) }))
+	require.NoError(t, core.Do(context.Background(), s, func(ctx context.Context, it *item) error { return it.setStock(ctx, n) }))
 }
 
 func stockOf(t testing.TB, s *core.Stub[*item]) int {
 	t.Helper()
-	n, err := core.Call(context.Background(), s, func(_ context.Context, it *item) (int, error) { return it.stock() })
+	n, err := core.Call(context.Background(), s, func(ctx context.Context, it *item) (int, error) { return it.stock(ctx) })
 	require.NoError(t, err)
 	return n
 }
@@ -104,7 +104,7 @@ func TestReserve_NoAwaitIsExact(t *testing.T) {
 		ok := 0
 		for range 50 {
 			wg.Go(func() {
-				got, err := core.Call(context.Background(), s, func(_ context.Context, it *item) (bool, error) { return it.reserve(1) })
+				got, err := core.Call(context.Background(), s, func(ctx context.Context, it *item) (bool, error) { return it.reserve(ctx, 1) })
 				require.NoError(t, err)
 				if got {
 					mu.Lock()
@@ -155,8 +155,8 @@ func TestCall_FailedTurnRollsBack(t *testing.T) {
 	s := get(t, register(t, rt), "a")
 	setStock(t, s, 7)
 	boom := errors.New("boom")
-	err := core.Do(context.Background(), s, func(_ context.Context, it *item) error {
-		require.NoError(t, it.setStock(1))
+	err := core.Do(context.Background(), s, func(ctx context.Context, it *item) error {
+		require.NoError(t, it.setStock(ctx, 1))
 		return boom
 	})
 	require.ErrorIs(t, err, boom)
@@ -171,8 +171,8 @@ func TestCall_PanicIsRemoteError(t *testing.T) {
 	rt := openRT(t, core.Options{})
 	s := get(t, register(t, rt), "a")
 	setStock(t, s, 7)
-	err := core.Do(context.Background(), s, func(_ context.Context, it *item) error {
-		require.NoError(t, it.setStock(0))
+	err := core.Do(context.Background(), s, func(ctx context.Context, it *item) error {
+		require.NoError(t, it.setStock(ctx, 0))
 		panic("kaput")
 	})
 	var pe *core.PanicError

@@ -65,18 +65,18 @@ type crashLedger struct {
 	st *core.State
 }
 
-func newCrashLedger(st *core.State) (*crashLedger, error) {
-	_, err := st.Storage().Exec(`CREATE TABLE IF NOT EXISTS crash_pos(seq INTEGER PRIMARY KEY, writer INTEGER NOT NULL);
+func newCrashLedger(ctx context.Context, st *core.State) (*crashLedger, error) {
+	_, err := st.Storage().Exec(ctx, `CREATE TABLE IF NOT EXISTS crash_pos(seq INTEGER PRIMARY KEY, writer INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS crash_neg(seq INTEGER PRIMARY KEY)`)
 	return &crashLedger{st: st}, err
 }
 
 // insert writes seq's pair with two statements in the same turn.
-func (l *crashLedger) insert(seq int64, writer int) error {
-	if _, err := l.st.Storage().Exec("INSERT INTO crash_pos(seq, writer) VALUES (?, ?)", seq, writer); err != nil {
+func (l *crashLedger) insert(ctx context.Context, seq int64, writer int) error {
+	if _, err := l.st.Storage().Exec(ctx, "INSERT INTO crash_pos(seq, writer) VALUES (?, ?)", seq, writer); err != nil {
 		return err
 	}
-	_, err := l.st.Storage().Exec("INSERT INTO crash_neg(seq) VALUES (?)", -seq)
+	_, err := l.st.Storage().Exec(ctx, "INSERT INTO crash_neg(seq) VALUES (?)", -seq)
 	return err
 }
 
@@ -86,13 +86,13 @@ type crashContents struct {
 	pos, neg  map[int64]bool
 }
 
-func (l *crashLedger) contents() (crashContents, error) {
+func (l *crashLedger) contents(ctx context.Context) (crashContents, error) {
 	c := crashContents{pos: make(map[int64]bool), neg: make(map[int64]bool)}
-	if err := l.st.Storage().QueryRow("PRAGMA integrity_check").Scan(&c.integrity); err != nil {
+	if err := l.st.Storage().QueryRow(ctx, "PRAGMA integrity_check").Scan(&c.integrity); err != nil {
 		return c, err
 	}
 	for table, set := range map[string]map[int64]bool{"crash_pos": c.pos, "crash_neg": c.neg} {
-		rows, err := l.st.Storage().Query("SELECT seq FROM " + table)
+		rows, err := l.st.Storage().Query(ctx, "SELECT seq FROM "+table)
 		if err != nil {
 			return c, err
 		}
@@ -164,8 +164,8 @@ func TestCrashChild(t *testing.T) {
 				stub := stubs[(w+5*i)%objects] // every writer visits every object
 				seq := next.Add(1)
 				planned := seq%10 == 7
-				err := core.Do(context.Background(), stub, func(_ context.Context, l *crashLedger) error {
-					if err := l.insert(seq, w); err != nil {
+				err := core.Do(context.Background(), stub, func(ctx context.Context, l *crashLedger) error {
+					if err := l.insert(ctx, seq, w); err != nil {
 						return err
 					}
 					if planned {
@@ -346,7 +346,7 @@ func crashRun(t *testing.T, load crashLoad) {
 		name := crashObjectName(i)
 		stub, err := ns.Get(name)
 		require.NoError(t, err)
-		c, err := core.Call(ctx, stub, func(_ context.Context, l *crashLedger) (crashContents, error) { return l.contents() })
+		c, err := core.Call(ctx, stub, func(ctx context.Context, l *crashLedger) (crashContents, error) { return l.contents(ctx) })
 		require.NoError(t, err, "%s: read after crash", name)
 		require.Equal(t, "ok", c.integrity, "%s: PRAGMA integrity_check", name)
 
@@ -391,12 +391,12 @@ func crashRun(t *testing.T, load crashLoad) {
 
 		// The object still takes writes and reads them back.
 		const probe = int64(1) << 40
-		n, err := core.Call(ctx, stub, func(_ context.Context, l *crashLedger) (int, error) {
-			if err := l.insert(probe, -1); err != nil {
+		n, err := core.Call(ctx, stub, func(ctx context.Context, l *crashLedger) (int, error) {
+			if err := l.insert(ctx, probe, -1); err != nil {
 				return 0, err
 			}
 			var n int
-			err := l.st.Storage().QueryRow("SELECT count(*) FROM crash_pos").Scan(&n)
+			err := l.st.Storage().QueryRow(ctx, "SELECT count(*) FROM crash_pos").Scan(&n)
 			return n, err
 		})
 		require.NoError(t, err, "%s: write after crash", name)

@@ -27,12 +27,12 @@ func TestCall_OverloadedFailsAtOnce(t *testing.T) {
 		var wg sync.WaitGroup
 		for range 3 {
 			wg.Go(func() {
-				require.NoError(t, core.Do(context.Background(), s, func(_ context.Context, it *item) error {
-					n, err := it.stock()
+				require.NoError(t, core.Do(context.Background(), s, func(ctx context.Context, it *item) error {
+					n, err := it.stock(ctx)
 					if err != nil {
 						return err
 					}
-					return it.setStock(n + 1)
+					return it.setStock(ctx, n+1)
 				}))
 			})
 		}
@@ -99,9 +99,9 @@ func TestClose_WaitsForRunningTurn(t *testing.T) {
 		release := make(chan struct{})
 		first := make(chan error)
 		go func() {
-			first <- core.Do(context.Background(), s, func(_ context.Context, it *item) error {
+			first <- core.Do(context.Background(), s, func(ctx context.Context, it *item) error {
 				<-release
-				return it.setStock(5)
+				return it.setStock(ctx, 5)
 			})
 		}()
 		synctest.Wait()
@@ -157,14 +157,14 @@ func TestStorage_BadSQL(t *testing.T) {
 	rt := openRT(t, core.Options{})
 	s := get(t, register(t, rt), "a")
 	setStock(t, s, 9)
-	err := core.Do(context.Background(), s, func(_ context.Context, it *item) error {
-		_, err := it.st.Storage().Exec("INSERT INTO nosuch VALUES (1)")
+	err := core.Do(context.Background(), s, func(ctx context.Context, it *item) error {
+		_, err := it.st.Storage().Exec(ctx, "INSERT INTO nosuch VALUES (1)")
 		require.ErrorContains(t, err, "no such table: nosuch")
-		_, err = it.st.Storage().Exec("SELEKT 1")
+		_, err = it.st.Storage().Exec(ctx, "SELEKT 1")
 		require.ErrorContains(t, err, "syntax error")
-		err = it.st.Storage().QueryRow("SELECT stock FROM item WHERE id = 2").Scan(new(int))
+		err = it.st.Storage().QueryRow(ctx, "SELECT stock FROM item WHERE id = 2").Scan(new(int))
 		require.ErrorIs(t, err, core.ErrNoRows)
-		return it.setStock(8) // the turn goes on
+		return it.setStock(ctx, 8) // the turn goes on
 	})
 	require.NoError(t, err)
 	require.Equal(t, 8, stockOf(t, s))
@@ -182,16 +182,16 @@ func TestStorage_TransactionControlIsRefused(t *testing.T) {
 		"ATTACH DATABASE '/tmp/x.db' AS x", "PRAGMA synchronous = OFF", "PRAGMA journal_mode = DELETE",
 		"DELETE FROM _durable_meta", "INSERT INTO _durable_kv VALUES ('k', 'v')", "DROP TABLE _durable_kv",
 	} {
-		err := core.Do(context.Background(), s, func(_ context.Context, it *item) error {
-			_, err := it.st.Storage().Exec(q)
+		err := core.Do(context.Background(), s, func(ctx context.Context, it *item) error {
+			_, err := it.st.Storage().Exec(ctx, q)
 			return err
 		})
 		require.ErrorIs(t, err, core.ErrSQLNotAllowed, "query %q", q)
 	}
 	require.Equal(t, 9, stockOf(t, s), "the refused multi-statement write was rolled back with its turn")
-	n, err := core.Call(context.Background(), s, func(_ context.Context, it *item) (int, error) {
+	n, err := core.Call(context.Background(), s, func(ctx context.Context, it *item) (int, error) {
 		var n int
-		err := it.st.Storage().QueryRow("SELECT count(*) FROM pragma_table_info('item')").Scan(&n)
+		err := it.st.Storage().QueryRow(ctx, "SELECT count(*) FROM pragma_table_info('item')").Scan(&n)
 		return n, err
 	})
 	require.NoError(t, err)
@@ -203,16 +203,16 @@ func TestStorage_Transaction(t *testing.T) {
 	rt := openRT(t, core.Options{})
 	s := get(t, register(t, rt), "a")
 	setStock(t, s, 1)
-	err := core.Do(context.Background(), s, func(_ context.Context, it *item) error {
+	err := core.Do(context.Background(), s, func(ctx context.Context, it *item) error {
 		st := it.st.Storage()
-		require.NoError(t, st.Transaction(func() error { return it.setStock(2) }))
-		err := st.Transaction(func() error {
-			require.NoError(t, it.setStock(3))
-			require.NoError(t, st.Transaction(func() error { return it.setStock(4) }))
+		require.NoError(t, st.Transaction(ctx, func() error { return it.setStock(ctx, 2) }))
+		err := st.Transaction(ctx, func() error {
+			require.NoError(t, it.setStock(ctx, 3))
+			require.NoError(t, st.Transaction(ctx, func() error { return it.setStock(ctx, 4) }))
 			return errors.New("undo")
 		})
 		require.EqualError(t, err, "undo")
-		n, err := it.stock()
+		n, err := it.stock(ctx)
 		require.Equal(t, 2, n)
 		return err
 	})
@@ -228,8 +228,8 @@ func TestCall_ReentrantChain(t *testing.T) {
 		a, b := get(t, ns, "a"), get(t, ns, "b")
 		got, err := core.Call(context.Background(), a, func(ctx context.Context, _ *item) (int, error) {
 			return core.Call(ctx, b, func(ctx context.Context, _ *item) (int, error) {
-				return core.Call(ctx, a, func(_ context.Context, it *item) (int, error) {
-					return 42, it.setStock(42)
+				return core.Call(ctx, a, func(ctx context.Context, it *item) (int, error) {
+					return 42, it.setStock(ctx, 42)
 				})
 			})
 		})
@@ -249,12 +249,12 @@ func TestCall_GroupCommit(t *testing.T) {
 	for range 64 {
 		wg.Go(func() {
 			for range 20 {
-				require.NoError(t, core.Do(context.Background(), s, func(_ context.Context, it *item) error {
-					n, err := it.stock()
+				require.NoError(t, core.Do(context.Background(), s, func(ctx context.Context, it *item) error {
+					n, err := it.stock(ctx)
 					if err != nil {
 						return err
 					}
-					return it.setStock(n + 1)
+					return it.setStock(ctx, n+1)
 				}))
 			}
 		})
@@ -307,31 +307,51 @@ func TestObject_OpenDatabaseBound(t *testing.T) {
 func TestObject_ConstructorError(t *testing.T) {
 	rt := openRT(t, core.Options{})
 	fail := true
-	ns, err := core.Register(rt, "fragile", func(st *core.State) (*item, error) {
+	ns, err := core.Register(rt, "fragile", func(ctx context.Context, st *core.State) (*item, error) {
 		if fail {
 			fail = false
 			return nil, errors.New("not today")
 		}
-		return newItem(st)
+		return newItem(ctx, st)
 	})
 	require.NoError(t, err)
 	s := get(t, ns, "x")
 	err = core.Do(context.Background(), s, func(context.Context, *item) error { return nil })
 	require.ErrorContains(t, err, "not today")
 	require.True(t, core.IsRemote(err))
-	require.NoError(t, core.Do(context.Background(), s, func(_ context.Context, it *item) error { return it.setStock(1) }))
+	require.NoError(t, core.Do(context.Background(), s, func(ctx context.Context, it *item) error { return it.setStock(ctx, 1) }))
 }
 
-// Storage outside a turn fails clearly.
+// Storage outside a turn fails clearly: with a ctx that marks no turn, with
+// the ctx of a turn that has ended, and inside Await's fn.
 func TestStorage_OutsideTurn(t *testing.T) {
 	rt := openRT(t, core.Options{})
 	var kept *core.State
-	ns, err := core.Register(rt, "leaky", func(st *core.State) (*item, error) { kept = st; return newItem(st) })
+	var keptCtx context.Context // the constructor's: its turn ends before the test uses it
+	ns, err := core.Register(rt, "leaky", func(ctx context.Context, st *core.State) (*item, error) {
+		kept, keptCtx = st, ctx
+		return newItem(ctx, st)
+	})
 	require.NoError(t, err)
-	setStock(t, get(t, ns, "x"), 1)
-	_, err = kept.Storage().Exec("UPDATE item SET stock = 0")
+	s := get(t, ns, "x")
+	setStock(t, s, 1)
+	_, err = kept.Storage().Exec(context.Background(), "UPDATE item SET stock = 0")
 	require.ErrorIs(t, err, core.ErrNotInTurn)
+	_, err = kept.Storage().Exec(keptCtx, "UPDATE item SET stock = 0")
+	require.ErrorIs(t, err, core.ErrNotInTurn, "the ctx of a turn that has ended")
 	require.ErrorIs(t, kept.Await(context.Background(), func(context.Context) error { return nil }), core.ErrNotInTurn)
+	// New with the ctx API: inside Await's fn the gate is open, so its ctx
+	// marks no turn and storage there fails; after Await the turn's ctx
+	// works again.
+	require.NoError(t, core.Do(context.Background(), s, func(ctx context.Context, it *item) error {
+		err := it.st.Await(ctx, func(ctx context.Context) error {
+			_, err := it.stock(ctx)
+			return err
+		})
+		require.ErrorIs(t, err, core.ErrNotInTurn)
+		return it.setStock(ctx, 2)
+	}))
+	require.Equal(t, 2, stockOf(t, s))
 }
 
 // The KV API: bytes and JSON, list by prefix, delete; DeleteAll clears all.
@@ -339,47 +359,47 @@ func TestStorage_KVAndDeleteAll(t *testing.T) {
 	rt := openRT(t, core.Options{})
 	s := get(t, register(t, rt), "kv")
 	type pt struct{ X, Y int }
-	require.NoError(t, core.Do(context.Background(), s, func(_ context.Context, it *item) error {
+	require.NoError(t, core.Do(context.Background(), s, func(ctx context.Context, it *item) error {
 		st := it.st.Storage()
-		require.NoError(t, st.Put("a/1", []byte("one")))
-		require.NoError(t, st.Put("a/2", []byte("two")))
-		require.NoError(t, st.Put("b/1", []byte("x")))
-		require.NoError(t, core.PutJSON(st, "p", pt{1, 2}))
+		require.NoError(t, st.Put(ctx, "a/1", []byte("one")))
+		require.NoError(t, st.Put(ctx, "a/2", []byte("two")))
+		require.NoError(t, st.Put(ctx, "b/1", []byte("x")))
+		require.NoError(t, core.PutJSON(ctx, st, "p", pt{1, 2}))
 		return nil
 	}))
-	require.NoError(t, core.Do(context.Background(), s, func(_ context.Context, it *item) error {
+	require.NoError(t, core.Do(context.Background(), s, func(ctx context.Context, it *item) error {
 		st := it.st.Storage()
-		v, ok, err := st.Get("a/1")
+		v, ok, err := st.Get(ctx, "a/1")
 		require.NoError(t, err)
 		require.True(t, ok)
 		require.Equal(t, "one", string(v))
-		_, ok, err = st.Get("zzz")
+		_, ok, err = st.Get(ctx, "zzz")
 		require.NoError(t, err)
 		require.False(t, ok)
-		es, err := st.List("a/", 0)
+		es, err := st.List(ctx, "a/", 0)
 		require.NoError(t, err)
 		require.Equal(t, []core.Entry{{Key: "a/1", Value: []byte("one")}, {Key: "a/2", Value: []byte("two")}}, es)
-		p, ok, err := core.GetJSON[pt](st, "p")
+		p, ok, err := core.GetJSON[pt](ctx, st, "p")
 		require.NoError(t, err)
 		require.True(t, ok)
 		require.Equal(t, pt{1, 2}, p)
-		gone, err := st.Delete("a/2")
+		gone, err := st.Delete(ctx, "a/2")
 		require.NoError(t, err)
 		require.True(t, gone)
-		require.ErrorIs(t, st.Put("", nil), core.ErrTooLarge)
+		require.ErrorIs(t, st.Put(ctx, "", nil), core.ErrTooLarge)
 		return nil
 	}))
-	require.NoError(t, core.Do(context.Background(), s, func(_ context.Context, it *item) error {
+	require.NoError(t, core.Do(context.Background(), s, func(ctx context.Context, it *item) error {
 		st := it.st.Storage()
-		_, err := st.Exec("CREATE VIEW v AS SELECT * FROM item; CREATE INDEX ix ON item(stock)")
+		_, err := st.Exec(ctx, "CREATE VIEW v AS SELECT * FROM item; CREATE INDEX ix ON item(stock)")
 		require.NoError(t, err)
-		require.NoError(t, st.DeleteAll())
-		_, err = it.stock()
+		require.NoError(t, st.DeleteAll(ctx))
+		_, err = it.stock(ctx)
 		require.ErrorContains(t, err, "no such table")
-		es, err := st.List("", 0)
+		es, err := st.List(ctx, "", 0)
 		require.NoError(t, err)
 		require.Empty(t, es)
-		require.NoError(t, st.Put("after", []byte("ok")))
+		require.NoError(t, st.Put(ctx, "after", []byte("ok")))
 		return nil
 	}))
 	stats, err := core.Call(context.Background(), s, func(_ context.Context, it *item) (core.StorageStats, error) {

@@ -16,28 +16,28 @@ type Debouncer struct {
 	flushed []int // what each flush sent (a stand-in for a downstream store)
 }
 
-func NewDebouncer(st *core.State) (*Debouncer, error) {
-	_, err := st.Storage().Exec("CREATE TABLE IF NOT EXISTS pending(n INTEGER NOT NULL)")
+func NewDebouncer(ctx context.Context, st *core.State) (*Debouncer, error) {
+	_, err := st.Storage().Exec(ctx, "CREATE TABLE IF NOT EXISTS pending(n INTEGER NOT NULL)")
 	return &Debouncer{st: st}, err
 }
 
-func (d *Debouncer) Hit() error {
-	if _, err := d.st.Storage().Exec("INSERT INTO pending(n) VALUES (1)"); err != nil {
+func (d *Debouncer) Hit(ctx context.Context) error {
+	if _, err := d.st.Storage().Exec(ctx, "INSERT INTO pending(n) VALUES (1)"); err != nil {
 		return err
 	}
-	if _, pending, err := d.st.GetAlarm(); err != nil || pending {
+	if _, pending, err := d.st.GetAlarm(ctx); err != nil || pending {
 		return err // an alarm is already coming: do not push it back
 	}
-	return d.st.SetAlarm(time.Now().Add(2 * time.Second))
+	return d.st.SetAlarm(ctx, d.st.Now().Add(2*time.Second))
 }
 
 func (d *Debouncer) Alarm(ctx context.Context, info core.AlarmInfo) error {
 	var n int
-	if err := d.st.Storage().QueryRow("SELECT count(*) FROM pending").Scan(&n); err != nil {
+	if err := d.st.Storage().QueryRow(ctx, "SELECT count(*) FROM pending").Scan(&n); err != nil {
 		return err
 	}
 	d.flushed = append(d.flushed, n)
-	_, err := d.st.Storage().Exec("DELETE FROM pending")
+	_, err := d.st.Storage().Exec(ctx, "DELETE FROM pending")
 	return err
 }
 
@@ -48,11 +48,11 @@ func ExampleState_SetAlarm() {
 	stub, _ := ns.Get("link-1")
 	ctx := context.Background()
 	for range 5 {
-		core.Do(ctx, stub, func(_ context.Context, d *Debouncer) error { return d.Hit() })
+		core.Do(ctx, stub, func(ctx context.Context, d *Debouncer) error { return d.Hit(ctx) })
 	}
 	stub.TriggerAlarm(ctx) // in a test; in production the alarm fires 2 s after the first hit
-	flushed, _ := core.Call(ctx, stub, func(_ context.Context, d *Debouncer) ([]int, error) {
-		_, pending, err := d.st.GetAlarm()
+	flushed, _ := core.Call(ctx, stub, func(ctx context.Context, d *Debouncer) ([]int, error) {
+		_, pending, err := d.st.GetAlarm(ctx)
 		fmt.Println("alarm pending after the flush:", pending)
 		return d.flushed, err
 	})
@@ -80,10 +80,10 @@ func ExampleRuntime_DeadLetters() {
 		},
 	})
 	defer rt.Close()
-	ns, _ := core.Register(rt, "reporters", func(st *core.State) (*Reporter, error) { return &Reporter{st: st}, nil })
+	ns, _ := core.Register(rt, "reporters", func(_ context.Context, st *core.State) (*Reporter, error) { return &Reporter{st: st}, nil })
 	stub, _ := ns.Get("nightly")
 	ctx := context.Background()
-	core.Do(ctx, stub, func(_ context.Context, r *Reporter) error { return r.st.SetAlarm(time.Now()) })
+	core.Do(ctx, stub, func(ctx context.Context, r *Reporter) error { return r.st.SetAlarm(ctx, r.st.Now()) })
 	stub.TriggerAlarm(ctx)
 
 	dls, _ := rt.DeadLetters() // durable: survives restarts until re-armed
@@ -109,14 +109,14 @@ func (m *Mailer) OnTimer(ctx context.Context, t core.Timer, info core.AlarmInfo)
 func ExampleState_ScheduleAfter() {
 	rt, _ := core.Open(core.Options{})
 	defer rt.Close()
-	ns, _ := core.Register(rt, "mailers", func(st *core.State) (*Mailer, error) { return &Mailer{st: st}, nil })
+	ns, _ := core.Register(rt, "mailers", func(_ context.Context, st *core.State) (*Mailer, error) { return &Mailer{st: st}, nil })
 	stub, _ := ns.Get("user-7")
-	core.Do(context.Background(), stub, func(_ context.Context, m *Mailer) error {
-		m.st.ScheduleAfter("welcome", time.Hour, "welcome mail", []byte("ada@example.com"))
-		m.st.ScheduleAfter("nudge", 72*time.Hour, "reminder", []byte("ada@example.com"))
-		m.st.ScheduleCron("digest", "0 8 * * 1", "weekly digest", []byte("ada@example.com"), core.MissedSkip)
-		m.st.CancelSchedule("nudge")  // she came back
-		timers, _ := m.st.Schedules() // soonest first
+	core.Do(context.Background(), stub, func(ctx context.Context, m *Mailer) error {
+		m.st.ScheduleAfter(ctx, "welcome", time.Hour, "welcome mail", []byte("ada@example.com"))
+		m.st.ScheduleAfter(ctx, "nudge", 72*time.Hour, "reminder", []byte("ada@example.com"))
+		m.st.ScheduleCron(ctx, "digest", "0 8 * * 1", "weekly digest", []byte("ada@example.com"), core.MissedSkip)
+		m.st.CancelSchedule(ctx, "nudge") // she came back
+		timers, _ := m.st.Schedules(ctx)  // soonest first
 		for _, t := range timers {
 			fmt.Printf("%s: %s (cron %q)\n", t.Key, t.Kind, t.Cron)
 		}

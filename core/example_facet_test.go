@@ -15,26 +15,26 @@ type Workspace struct{ st *core.State }
 // Processor is a facet: a child object inside a Workspace.
 type Processor struct{ st *core.State }
 
-func NewProcessor(st *core.State) (*Processor, error) {
-	_, err := st.Storage().Exec("CREATE TABLE IF NOT EXISTS beats(at INTEGER PRIMARY KEY)")
+func NewProcessor(ctx context.Context, st *core.State) (*Processor, error) {
+	_, err := st.Storage().Exec(ctx, "CREATE TABLE IF NOT EXISTS beats(at INTEGER PRIMARY KEY)")
 	return &Processor{st: st}, err
 }
 
 // Alarm is the keepalive: record the beat (idempotently: a duplicate run
 // writes the same row) and re-arm 10 s after the time it was due.
 func (p *Processor) Alarm(ctx context.Context, info core.AlarmInfo) error {
-	_, err := p.st.Storage().Exec("INSERT INTO beats(at) VALUES (?) ON CONFLICT DO NOTHING", info.Scheduled.UnixMilli())
+	_, err := p.st.Storage().Exec(ctx, "INSERT INTO beats(at) VALUES (?) ON CONFLICT DO NOTHING", info.Scheduled.UnixMilli())
 	if err != nil {
 		return err
 	}
 	fmt.Printf("keepalive of %s (%s)\n", p.st.Name(), p.st.FacetPath())
-	return p.st.SetAlarm(info.Scheduled.Add(10 * time.Second))
+	return p.st.SetAlarm(ctx, info.Scheduled.Add(10*time.Second))
 }
 
 func ExampleRegisterFacet() {
 	rt, _ := core.Open(core.Options{})
 	defer rt.Close()
-	workspaces, _ := core.Register(rt, "workspaces", func(st *core.State) (*Workspace, error) { return &Workspace{st: st}, nil })
+	workspaces, _ := core.Register(rt, "workspaces", func(_ context.Context, st *core.State) (*Workspace, error) { return &Workspace{st: st}, nil })
 	processors, _ := core.RegisterFacet(rt, workspaces, "doc", NewProcessor)
 
 	ctx := context.Background()
@@ -44,11 +44,11 @@ func ExampleRegisterFacet() {
 		return processors.Get(w.st, "report.md")
 	})
 	core.Do(ctx, proc, func(ctx context.Context, p *Processor) error {
-		return p.st.SetAlarm(time.Now().Add(10 * time.Second)) // works in a facet, unlike the original
+		return p.st.SetAlarm(ctx, p.st.Now().Add(10*time.Second)) // works in a facet, unlike the original
 	})
 	proc.TriggerAlarm(ctx) // in a test; in production it fires in 10 s, then every 10 s
 	next, _ := core.Call(ctx, proc, func(ctx context.Context, p *Processor) (bool, error) {
-		_, pending, err := p.st.GetAlarm()
+		_, pending, err := p.st.GetAlarm(ctx)
 		return pending, err
 	})
 	fmt.Println("re-armed:", next)

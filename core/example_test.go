@@ -10,19 +10,19 @@ import (
 // Counter is an object: one per name, one turn at a time, its own database.
 type Counter struct{ st *core.State }
 
-func NewCounter(st *core.State) (*Counter, error) {
-	_, err := st.Storage().Exec("CREATE TABLE IF NOT EXISTS hits(n INTEGER NOT NULL)")
+func NewCounter(ctx context.Context, st *core.State) (*Counter, error) {
+	_, err := st.Storage().Exec(ctx, "CREATE TABLE IF NOT EXISTS hits(n INTEGER NOT NULL)")
 	return &Counter{st: st}, err
 }
 
 // Add reads and writes with no await between: no other call can interleave.
-func (c *Counter) Add(delta int) (int, error) {
+func (c *Counter) Add(ctx context.Context, delta int) (int, error) {
 	var n int
-	err := c.st.Storage().QueryRow("SELECT coalesce(sum(n), 0) FROM hits").Scan(&n)
+	err := c.st.Storage().QueryRow(ctx, "SELECT coalesce(sum(n), 0) FROM hits").Scan(&n)
 	if err != nil {
 		return 0, err
 	}
-	_, err = c.st.Storage().Exec("INSERT INTO hits(n) VALUES (?)", delta)
+	_, err = c.st.Storage().Exec(ctx, "INSERT INTO hits(n) VALUES (?)", delta)
 	return n + delta, err
 }
 
@@ -44,7 +44,7 @@ func Example() {
 	ctx := context.Background()
 	for range 3 {
 		n, err := core.Call(ctx, stub, func(ctx context.Context, c *Counter) (int, error) {
-			return c.Add(1) // runs on the object's turn; returns once durable
+			return c.Add(ctx, 1) // runs on the object's turn; returns once durable
 		})
 		if err != nil {
 			panic(err)

@@ -40,12 +40,12 @@ func (p *processor) Alarm(ctx context.Context, info core.AlarmInfo) error {
 	}
 	if p.st.Name() == "k" && info.Scheduled.Sub(keepaliveStart) < 40*time.Second {
 		// A keepalive re-arms itself, to the millisecond.
-		if err := p.st.SetAlarm(info.Scheduled.Add(10 * time.Second)); err != nil {
+		if err := p.st.SetAlarm(ctx, info.Scheduled.Add(10*time.Second)); err != nil {
 			return err
 		}
 	}
 	// Idempotent: the keepalive stores the absolute time it ran for.
-	_, err := p.st.Storage().Exec("INSERT INTO beat(at) VALUES (?) ON CONFLICT DO NOTHING", info.Scheduled.UnixNano())
+	_, err := p.st.Storage().Exec(ctx, "INSERT INTO beat(at) VALUES (?) ON CONFLICT DO NOTHING", info.Scheduled.UnixNano())
 	return err
 }
 
@@ -61,10 +61,10 @@ func openFacets(t testing.TB, opts core.Options) *facetWorld {
 	facetLog = &log{}
 	w := &facetWorld{rt: openRT(t, opts)}
 	var err error
-	w.ws, err = core.Register(w.rt, "workspaces", func(st *core.State) (*workspace, error) { return &workspace{st: st}, nil })
+	w.ws, err = core.Register(w.rt, "workspaces", func(_ context.Context, st *core.State) (*workspace, error) { return &workspace{st: st}, nil })
 	require.NoError(t, err)
-	newProc := func(st *core.State) (*processor, error) {
-		_, err := st.Storage().Exec("CREATE TABLE IF NOT EXISTS beat(at INTEGER PRIMARY KEY)")
+	newProc := func(ctx context.Context, st *core.State) (*processor, error) {
+		_, err := st.Storage().Exec(ctx, "CREATE TABLE IF NOT EXISTS beat(at INTEGER PRIMARY KEY)")
 		return &processor{st: st, fail: st.Name() == "broken"}, err
 	}
 	w.procs, err = core.RegisterFacet(w.rt, w.ws, "proc", newProc)
@@ -87,9 +87,9 @@ func (w *facetWorld) facet(t testing.TB, ws, name string) *core.Stub[*processor]
 
 func beats(t testing.TB, s *core.Stub[*processor]) int {
 	t.Helper()
-	n, err := core.Call(context.Background(), s, func(_ context.Context, p *processor) (int, error) {
+	n, err := core.Call(context.Background(), s, func(ctx context.Context, p *processor) (int, error) {
 		var n int
-		err := p.st.Storage().QueryRow("SELECT count(*) FROM beat").Scan(&n)
+		err := p.st.Storage().QueryRow(ctx, "SELECT count(*) FROM beat").Scan(&n)
 		return n, err
 	})
 	require.NoError(t, err)
@@ -103,8 +103,8 @@ func TestFacet_OwnStorageAndDeleteAll(t *testing.T) {
 	w := openFacets(t, core.Options{Dir: dir})
 	a, b := w.facet(t, "ws", "a"), w.facet(t, "ws", "b")
 	for i, s := range []*core.Stub[*processor]{a, a, b} {
-		require.NoError(t, core.Do(context.Background(), s, func(_ context.Context, p *processor) error {
-			_, err := p.st.Storage().Exec("INSERT INTO beat(at) VALUES (?)", i)
+		require.NoError(t, core.Do(context.Background(), s, func(ctx context.Context, p *processor) error {
+			_, err := p.st.Storage().Exec(ctx, "INSERT INTO beat(at) VALUES (?)", i)
 			return err
 		}))
 	}
@@ -113,8 +113,8 @@ func TestFacet_OwnStorageAndDeleteAll(t *testing.T) {
 	files, _ := filepath.Glob(filepath.Join(dir, "workspaces", "*.facets", "*.sqlite"))
 	require.Len(t, files, 2, "one database per facet, under the parent's directory")
 
-	require.NoError(t, core.Do(context.Background(), mustGet(t, w.ws, "ws"), func(_ context.Context, o *workspace) error {
-		return o.st.Storage().DeleteAll()
+	require.NoError(t, core.Do(context.Background(), mustGet(t, w.ws, "ws"), func(ctx context.Context, o *workspace) error {
+		return o.st.Storage().DeleteAll(ctx)
 	}))
 	files, _ = filepath.Glob(filepath.Join(dir, "workspaces", "*.facets", "*.sqlite"))
 	require.Empty(t, files)
@@ -137,11 +137,11 @@ func TestFacet_ArmingNeverBreaksOtherCalls(t *testing.T) {
 			})
 		}
 		due := time.Now().Add(time.Second)
-		require.NoError(t, core.Do(context.Background(), p, func(_ context.Context, pr *processor) error {
-			if err := pr.st.SetAlarm(due); err != nil {
+		require.NoError(t, core.Do(context.Background(), p, func(ctx context.Context, pr *processor) error {
+			if err := pr.st.SetAlarm(ctx, due); err != nil {
 				return err
 			}
-			at, ok, err := pr.st.GetAlarm()
+			at, ok, err := pr.st.GetAlarm(ctx)
 			require.True(t, ok)
 			require.Equal(t, due, at)
 			return err
@@ -164,7 +164,7 @@ func TestFacet_AlarmSurvivesEvictionAndRestart(t *testing.T) {
 		w := openFacets(t, core.Options{Dir: dir, IdleTimeout: time.Second})
 		p := w.facet(t, "ws", "a")
 		due := time.Now().Add(time.Minute)
-		require.NoError(t, core.Do(context.Background(), p, func(_ context.Context, pr *processor) error { return pr.st.SetAlarm(due) }))
+		require.NoError(t, core.Do(context.Background(), p, func(ctx context.Context, pr *processor) error { return pr.st.SetAlarm(ctx, due) }))
 		time.Sleep(10 * time.Second)
 		synctest.Wait()
 		require.EqualValues(t, 0, w.rt.Stats().Resident, "parent and facet evicted")
@@ -192,8 +192,8 @@ func TestFacet_Keepalive(t *testing.T) {
 		// The facet's turn fails after arming: the alarm stays armed (it
 		// is committed in the parent at once), a possibly spurious fire
 		// that the idempotent handler tolerates.
-		err := core.Do(context.Background(), p, func(_ context.Context, pr *processor) error {
-			if err := pr.st.SetAlarm(t0.Add(10*time.Second + 7*time.Millisecond)); err != nil {
+		err := core.Do(context.Background(), p, func(ctx context.Context, pr *processor) error {
+			if err := pr.st.SetAlarm(ctx, t0.Add(10*time.Second+7*time.Millisecond)); err != nil {
 				return err
 			}
 			return errors.New("fails after arming")
@@ -222,15 +222,15 @@ func TestFacet_SharedAlarmInTimeOrder(t *testing.T) {
 		w := openFacets(t, opts)
 		t0 := time.Now()
 		arm := func(name string, d time.Duration) {
-			require.NoError(t, core.Do(context.Background(), w.facet(t, "ws", name), func(_ context.Context, pr *processor) error {
-				return pr.st.SetAlarm(t0.Add(d))
+			require.NoError(t, core.Do(context.Background(), w.facet(t, "ws", name), func(ctx context.Context, pr *processor) error {
+				return pr.st.SetAlarm(ctx, t0.Add(d))
 			}))
 		}
 		arm("c", 3*time.Second)
 		arm("broken", 1*time.Second)
 		arm("a", 4*time.Second)
-		require.NoError(t, core.Do(context.Background(), mustGet(t, w.ws, "ws"), func(_ context.Context, o *workspace) error {
-			return o.st.SetAlarm(t0.Add(2 * time.Second))
+		require.NoError(t, core.Do(context.Background(), mustGet(t, w.ws, "ws"), func(ctx context.Context, o *workspace) error {
+			return o.st.SetAlarm(ctx, t0.Add(2*time.Second))
 		}))
 		require.EqualValues(t, 1, w.rt.Stats().Alarms, "one real alarm for the parent and its facets")
 		time.Sleep(5 * time.Minute)
@@ -269,11 +269,11 @@ func TestFacet_NestedAlarms(t *testing.T) {
 		})
 		require.NoError(t, err)
 		t0 := time.Now()
-		require.NoError(t, core.Do(context.Background(), leaf, func(_ context.Context, pr *processor) error {
-			return pr.st.SetAlarm(t0.Add(time.Second))
+		require.NoError(t, core.Do(context.Background(), leaf, func(ctx context.Context, pr *processor) error {
+			return pr.st.SetAlarm(ctx, t0.Add(time.Second))
 		}))
-		require.NoError(t, core.Do(context.Background(), mid, func(_ context.Context, pr *processor) error {
-			return pr.st.SetAlarm(t0.Add(2 * time.Second))
+		require.NoError(t, core.Do(context.Background(), mid, func(ctx context.Context, pr *processor) error {
+			return pr.st.SetAlarm(ctx, t0.Add(2*time.Second))
 		}))
 		time.Sleep(3 * time.Second)
 		synctest.Wait()

@@ -16,17 +16,17 @@ import (
 // page is an object that serves HTTP: it counts its hits in storage.
 type page struct{ st *core.State }
 
-func newPage(st *core.State) (*page, error) {
-	_, err := st.Storage().Exec("CREATE TABLE IF NOT EXISTS hits(n INTEGER NOT NULL)")
+func newPage(ctx context.Context, st *core.State) (*page, error) {
+	_, err := st.Storage().Exec(ctx, "CREATE TABLE IF NOT EXISTS hits(n INTEGER NOT NULL)")
 	return &page{st: st}, err
 }
 
 func (p *page) Fetch(ctx context.Context, w http.ResponseWriter, r *http.Request) error {
-	if _, err := p.st.Storage().Exec("INSERT INTO hits VALUES (1)"); err != nil {
+	if _, err := p.st.Storage().Exec(ctx, "INSERT INTO hits VALUES (1)"); err != nil {
 		return err
 	}
 	var n int
-	if err := p.st.Storage().QueryRow("SELECT count(*) FROM hits").Scan(&n); err != nil {
+	if err := p.st.Storage().QueryRow(ctx, "SELECT count(*) FROM hits").Scan(&n); err != nil {
 		return err
 	}
 	w.Header().Set("X-Hits", "counted")
@@ -62,9 +62,9 @@ func TestStub_ServeHTTP(t *testing.T) {
 		require.Equal(t, tc.wantStatus, rec.Code, "query %q", tc.query)
 		require.Equal(t, tc.wantBody, rec.Body.String(), "query %q", tc.query)
 	}
-	n, err := core.Call(context.Background(), stub, func(_ context.Context, p *page) (int, error) {
+	n, err := core.Call(context.Background(), stub, func(ctx context.Context, p *page) (int, error) {
 		var n int
-		err := p.st.Storage().QueryRow("SELECT count(*) FROM hits").Scan(&n)
+		err := p.st.Storage().QueryRow(ctx, "SELECT count(*) FROM hits").Scan(&n)
 		return n, err
 	})
 	require.NoError(t, err)

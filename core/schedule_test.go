@@ -56,16 +56,16 @@ func openPlanners(t testing.TB, opts core.Options, onTimer func(context.Context,
 	t.Helper()
 	ps := &planners{rt: openRT(t, opts)}
 	var err error
-	ps.ns, err = core.Register(ps.rt, "planners", func(st *core.State) (*planner, error) {
+	ps.ns, err = core.Register(ps.rt, "planners", func(_ context.Context, st *core.State) (*planner, error) {
 		return &planner{st: st, mu: &ps.mu, ran: &ps.ran, onTimer: onTimer}, nil
 	})
 	require.NoError(t, err)
 	return ps
 }
 
-func (ps *planners) do(t testing.TB, fn func(p *planner) error) {
+func (ps *planners) do(t testing.TB, fn func(ctx context.Context, p *planner) error) {
 	t.Helper()
-	require.NoError(t, core.Do(context.Background(), mustGet(t, ps.ns, "p"), func(_ context.Context, p *planner) error { return fn(p) }))
+	require.NoError(t, core.Do(context.Background(), mustGet(t, ps.ns, "p"), func(ctx context.Context, p *planner) error { return fn(ctx, p) }))
 }
 
 func (ps *planners) runs(key string) []ran {
@@ -87,21 +87,21 @@ func TestSchedule_OneShot(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ps := openPlanners(t, core.Options{}, nil)
 		t0 := time.Now()
-		ps.do(t, func(p *planner) error {
+		ps.do(t, func(ctx context.Context, p *planner) error {
 			return errors.Join(
-				p.st.ScheduleAt("b", t0.Add(20*time.Second), "mail", []byte("to:b")),
-				p.st.ScheduleAfter("a", 10*time.Second, "mail", nil),
-				p.st.ScheduleAfter("gone", 15*time.Second, "mail", nil),
-				p.st.SetAlarm(t0.Add(15*time.Second)),
+				p.st.ScheduleAt(ctx, "b", t0.Add(20*time.Second), "mail", []byte("to:b")),
+				p.st.ScheduleAfter(ctx, "a", 10*time.Second, "mail", nil),
+				p.st.ScheduleAfter(ctx, "gone", 15*time.Second, "mail", nil),
+				p.st.SetAlarm(ctx, t0.Add(15*time.Second)),
 			)
 		})
-		ps.do(t, func(p *planner) error {
-			list, err := p.st.Schedules()
+		ps.do(t, func(ctx context.Context, p *planner) error {
+			list, err := p.st.Schedules(ctx)
 			require.NoError(t, err)
 			require.Len(t, list, 3)
 			require.Equal(t, []string{"a", "gone", "b"}, []string{list[0].Key, list[1].Key, list[2].Key})
 			require.Equal(t, "to:b", string(list[2].Payload))
-			ok, err := p.st.CancelSchedule("gone")
+			ok, err := p.st.CancelSchedule(ctx, "gone")
 			require.True(t, ok)
 			return err
 		})
@@ -113,8 +113,8 @@ func TestSchedule_OneShot(t *testing.T) {
 		require.Equal(t, ran{"a", t0.Add(10 * time.Second), 0}, got[0])
 		require.Equal(t, ran{"<alarm>", t0.Add(15 * time.Second), 0}, got[1])
 		require.Equal(t, ran{"b", t0.Add(20 * time.Second), 0}, got[2])
-		ps.do(t, func(p *planner) error {
-			list, err := p.st.Schedules()
+		ps.do(t, func(ctx context.Context, p *planner) error {
+			list, err := p.st.Schedules(ctx)
 			require.Empty(t, list)
 			return err
 		})
@@ -137,10 +137,10 @@ func TestSchedule_CronNeverOverlaps(t *testing.T) {
 			return nil
 		})
 		t0 := time.Now()
-		ps.do(t, func(p *planner) error {
+		ps.do(t, func(ctx context.Context, p *planner) error {
 			return errors.Join(
-				p.st.ScheduleCron("fast", "@every 10s", "", nil, core.MissedFireOnce),
-				p.st.ScheduleCron("slow", "@every 10s", "", nil, core.MissedFireOnce),
+				p.st.ScheduleCron(ctx, "fast", "@every 10s", "", nil, core.MissedFireOnce),
+				p.st.ScheduleCron(ctx, "slow", "@every 10s", "", nil, core.MissedFireOnce),
 			)
 		})
 		time.Sleep(65 * time.Second)
@@ -170,11 +170,11 @@ func TestSchedule_EachEntryHasItsOwnRetries(t *testing.T) {
 			return nil
 		})
 		t0 := time.Now()
-		ps.do(t, func(p *planner) error {
+		ps.do(t, func(ctx context.Context, p *planner) error {
 			return errors.Join(
-				p.st.ScheduleAt("bad", t0.Add(time.Second), "job", []byte("x")),
-				p.st.ScheduleAt("good", t0.Add(4*time.Second), "job", nil),
-				p.st.SetAlarm(t0.Add(5*time.Second)),
+				p.st.ScheduleAt(ctx, "bad", t0.Add(time.Second), "job", []byte("x")),
+				p.st.ScheduleAt(ctx, "good", t0.Add(4*time.Second), "job", nil),
+				p.st.SetAlarm(ctx, t0.Add(5*time.Second)),
 			)
 		})
 		time.Sleep(5 * time.Minute)
@@ -208,7 +208,7 @@ func TestSchedule_MissedTicksAfterRestart(t *testing.T) {
 		open := func() (*core.Runtime, *core.Namespace[*planner]) {
 			rt, err := core.Open(core.Options{Dir: dir})
 			require.NoError(t, err)
-			ns, err := core.Register(rt, "planners", func(st *core.State) (*planner, error) {
+			ns, err := core.Register(rt, "planners", func(_ context.Context, st *core.State) (*planner, error) {
 				return &planner{st: st, mu: &mu, ran: &log}, nil
 			})
 			require.NoError(t, err)
@@ -216,10 +216,10 @@ func TestSchedule_MissedTicksAfterRestart(t *testing.T) {
 		}
 		rt, ns := open()
 		t0 := time.Now()
-		require.NoError(t, core.Do(context.Background(), mustGet(t, ns, "p"), func(_ context.Context, p *planner) error {
+		require.NoError(t, core.Do(context.Background(), mustGet(t, ns, "p"), func(ctx context.Context, p *planner) error {
 			return errors.Join(
-				p.st.ScheduleCron("once", "@every 1m", "", nil, core.MissedFireOnce),
-				p.st.ScheduleCron("skip", "@every 1m", "", nil, core.MissedSkip),
+				p.st.ScheduleCron(ctx, "once", "@every 1m", "", nil, core.MissedFireOnce),
+				p.st.ScheduleCron(ctx, "skip", "@every 1m", "", nil, core.MissedSkip),
 			)
 		}))
 		time.Sleep(90 * time.Second) // both ran at t0+1m
@@ -250,19 +250,19 @@ func TestSchedule_MissedTicksAfterRestart(t *testing.T) {
 func TestSchedule_BadInput(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ps := openPlanners(t, core.Options{}, nil)
-		err := core.Do(context.Background(), mustGet(t, ps.ns, "p"), func(_ context.Context, p *planner) error {
-			require.ErrorContains(t, p.st.ScheduleAfter("", time.Second, "", nil), "empty key")
-			require.ErrorContains(t, p.st.ScheduleCron("c", "every day at noon", "", nil, core.MissedSkip), "cron spec")
-			require.ErrorContains(t, p.st.ScheduleAt("z", time.Time{}, "", nil), "out of range")
-			ok, err := p.st.CancelSchedule("never-set")
+		err := core.Do(context.Background(), mustGet(t, ps.ns, "p"), func(ctx context.Context, p *planner) error {
+			require.ErrorContains(t, p.st.ScheduleAfter(ctx, "", time.Second, "", nil), "empty key")
+			require.ErrorContains(t, p.st.ScheduleCron(ctx, "c", "every day at noon", "", nil, core.MissedSkip), "cron spec")
+			require.ErrorContains(t, p.st.ScheduleAt(ctx, "z", time.Time{}, "", nil), "out of range")
+			ok, err := p.st.CancelSchedule(ctx, "never-set")
 			require.False(t, ok)
 			return err
 		})
 		require.NoError(t, err)
 		plain, err := core.Register(ps.rt, "plain", newItem)
 		require.NoError(t, err)
-		err = core.Do(context.Background(), get(t, plain, "x"), func(_ context.Context, it *item) error {
-			return it.st.ScheduleAfter("k", time.Second, "", nil)
+		err = core.Do(context.Background(), get(t, plain, "x"), func(ctx context.Context, it *item) error {
+			return it.st.ScheduleAfter(ctx, "k", time.Second, "", nil)
 		})
 		require.ErrorContains(t, err, "do not implement core.TimerHandler")
 	})

@@ -44,7 +44,7 @@ type wsEvent struct {
 
 func (c *chat) Fetch(ctx context.Context, w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
-	ws, err := c.st.AcceptWebSocket(w, r, "chat", "user:"+q.Get("name"))
+	ws, err := c.st.AcceptWebSocket(ctx, w, r, "chat", "user:"+q.Get("name"))
 	if errors.Is(err, core.ErrBadHandshake) {
 		return nil // the error response is written
 	}
@@ -72,19 +72,19 @@ func (c *chat) WebSocketMessage(ctx context.Context, ws *core.WebSocket, msg cor
 			}
 			names = append(names, m.Name)
 		}
-		return ws.SendText("who:" + strings.Join(names, ","))
+		return ws.SendText(ctx, "who:"+strings.Join(names, ","))
 	case strings.HasPrefix(text, "att:"):
 		n, _ := strconv.Atoi(text[4:])
 		// A JSON string of n-2 bytes and its quotes: n bytes in all.
 		if err := ws.SerializeAttachment(strings.Repeat("x", n-2)); err != nil {
-			return ws.SendText("att-error:" + err.Error())
+			return ws.SendText(ctx, "att-error:"+err.Error())
 		}
-		return ws.SendText("att-ok")
+		return ws.SendText(ctx, "att-ok")
 	case text == "fail":
-		ws.SendText("never") // dropped: the turn fails
+		ws.SendText(ctx, "never") // dropped: the turn fails
 		return errors.New("boom")
 	case text == "bye":
-		return ws.Close(4000, "bye")
+		return ws.Close(ctx, 4000, "bye")
 	}
 	att, err := ws.Attachment()
 	if err != nil {
@@ -92,7 +92,7 @@ func (c *chat) WebSocketMessage(ctx context.Context, ws *core.WebSocket, msg cor
 	}
 	out := core.TextMessage(string(att) + ":" + text)
 	for _, p := range c.st.WebSockets("chat") {
-		p.Send(out)
+		p.Send(ctx, out)
 	}
 	return nil
 }
@@ -148,7 +148,7 @@ func registerChat(t testing.TB, opts core.Options) (*core.Runtime, *core.Namespa
 	t.Helper()
 	rt := openRT(t, opts)
 	ev := make(chan wsEvent, 64)
-	ns, err := core.Register(rt, "chat", func(st *core.State) (*chat, error) {
+	ns, err := core.Register(rt, "chat", func(_ context.Context, st *core.State) (*chat, error) {
 		if err := st.SetWebSocketAutoResponse("ping", "pong"); err != nil {
 			return nil, err
 		}
@@ -356,7 +356,16 @@ func TestWebSocket_ClientCloseReachesHandler(t *testing.T) {
 	require.Equal(t, "who:ann", roundTrip(t, ann, "who"))
 	var m member
 	require.ErrorIs(t, ev.ws.DeserializeAttachment(&m), core.ErrWebSocketClosed, "the attachment is gone")
-	require.ErrorIs(t, ev.ws.SendText("x"), core.ErrWebSocketClosed)
+	// New with the ctx API: a send from outside any turn is ErrNotInTurn
+	// (it used to be queued at once); from a turn, the closed connection
+	// refuses it.
+	require.ErrorIs(t, ev.ws.SendText(context.Background(), "x"), core.ErrNotInTurn)
+	stub, err := env.ns.Get("r")
+	require.NoError(t, err)
+	require.NoError(t, core.Do(context.Background(), stub, func(ctx context.Context, _ *chat) error {
+		require.ErrorIs(t, ev.ws.SendText(ctx, "x"), core.ErrWebSocketClosed)
+		return nil
+	}))
 
 	// A connection that drops without a Close frame is reported as 1006.
 	ann.Close()

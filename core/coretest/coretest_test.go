@@ -22,13 +22,15 @@ func TestOpen_InsideSynctest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rt := coretest.Open(t, core.Options{})
 		fired := 0
-		ns, err := core.Register(rt, "reminders", func(st *core.State) (*reminder, error) { return &reminder{st: st, fired: &fired}, nil })
+		ns, err := core.Register(rt, "reminders", func(_ context.Context, st *core.State) (*reminder, error) {
+			return &reminder{st: st, fired: &fired}, nil
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
 		stub, _ := ns.Get("r")
-		err = core.Do(context.Background(), stub, func(_ context.Context, r *reminder) error {
-			return r.st.SetAlarm(time.Now().Add(time.Hour))
+		err = core.Do(context.Background(), stub, func(ctx context.Context, r *reminder) error {
+			return r.st.SetAlarm(ctx, r.st.Now().Add(time.Hour))
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -45,7 +47,9 @@ func TestOpen_InsideSynctest(t *testing.T) {
 func TestTriggerAlarm(t *testing.T) {
 	rt := coretest.Open(t, core.Options{})
 	fired := 0
-	ns, err := core.Register(rt, "reminders", func(st *core.State) (*reminder, error) { return &reminder{st: st, fired: &fired}, nil })
+	ns, err := core.Register(rt, "reminders", func(_ context.Context, st *core.State) (*reminder, error) {
+		return &reminder{st: st, fired: &fired}, nil
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,8 +58,8 @@ func TestTriggerAlarm(t *testing.T) {
 	if err != nil || had {
 		t.Fatalf("TriggerAlarm with no alarm = %v, %v; want false, nil", had, err)
 	}
-	err = core.Do(context.Background(), stub, func(_ context.Context, r *reminder) error {
-		return r.st.SetAlarm(time.Now().Add(24 * time.Hour))
+	err = core.Do(context.Background(), stub, func(ctx context.Context, r *reminder) error {
+		return r.st.SetAlarm(ctx, r.st.Now().Add(24*time.Hour))
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -67,8 +71,8 @@ func TestTriggerAlarm(t *testing.T) {
 	if fired != 1 {
 		t.Fatalf("fired %d times, want 1", fired)
 	}
-	pending, err := core.Call(context.Background(), stub, func(_ context.Context, r *reminder) (bool, error) {
-		_, ok, err := r.st.GetAlarm()
+	pending, err := core.Call(context.Background(), stub, func(ctx context.Context, r *reminder) (bool, error) {
+		_, ok, err := r.st.GetAlarm(ctx)
 		return ok, err
 	})
 	if err != nil || pending {

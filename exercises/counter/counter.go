@@ -71,7 +71,7 @@ type Counter struct {
 }
 
 // New is the Counter constructor with these options, for core.Register.
-func (o Options) New(st *core.State) (*Counter, error) {
+func (o Options) New(ctx context.Context, st *core.State) (*Counter, error) {
 	if o.Sink == nil {
 		return nil, errors.New("counter: Options.Sink is nil")
 	}
@@ -83,16 +83,17 @@ func (o Options) New(st *core.State) (*Counter, error) {
 		c.log = slog.Default()
 	}
 	// TODO: create the table of buckets (the minute, its count, a flushed
-	// flag) if it does not exist. Nothing else: no SetAlarm here (A16).
+	// flag) if it does not exist, with st.Storage().Exec(ctx, ...). Nothing
+	// else: no SetAlarm here (A16).
 	return c, nil
 }
 
 // Record counts one hit in the current minute's bucket
-// (time.Now().Truncate(time.Minute)) and makes sure a flush is due within
-// FlushAfter.
+// (c.st.Now().Truncate(time.Minute): the runtime's clock, never time.Now)
+// and makes sure a flush is due within FlushAfter.
 func (c *Counter) Record(ctx context.Context) error {
 	// TODO: bump the bucket (and clear its flushed flag); arm the alarm
-	// only if none is pending.
+	// only if none is pending (c.st.GetAlarm(ctx), c.st.SetAlarm(ctx, t)).
 	return errTODO
 }
 
@@ -111,8 +112,9 @@ func (c *Counter) FlushAt(ctx context.Context) (time.Time, bool, error) {
 // Alarm flushes the buckets that changed since the last flush.
 func (c *Counter) Alarm(ctx context.Context, info core.AlarmInfo) error {
 	// TODO: read the unflushed buckets into memory; write them to the sink
-	// inside c.st.Await (the gate opens); then mark as flushed the buckets
-	// whose count is still what was sent. On failure, log the original's
+	// inside c.st.Await (the gate opens; storage needs the outer ctx again
+	// after it returns); then mark as flushed the buckets whose count is
+	// still what was sent. On failure, log the original's
 	// record {event: "alarm_failed", do, retryCount, lastAttempt, error}
 	// and return the error.
 	return errTODO

@@ -3,6 +3,7 @@
 package counter_test
 
 import (
+	"context"
 	"log/slog"
 	"time"
 
@@ -17,6 +18,6 @@ type (
 	Count   = counter.Count
 )
 
-func newCounter(sink counter.Sink, flushAfter time.Duration) func(*core.State) (*Counter, error) {
+func newCounter(sink counter.Sink, flushAfter time.Duration) func(context.Context, *core.State) (*Counter, error) {
 	return counter.Options{Sink: sink, FlushAfter: flushAfter, Logger: slog.New(slog.DiscardHandler)}.New
 }

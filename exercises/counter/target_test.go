@@ -3,6 +3,7 @@
 package counter_test
 
 import (
+	"context"
 	"log/slog"
 	"time"
 
@@ -18,6 +19,6 @@ type (
 	Count   = ex.Count
 )
 
-func newCounter(sink ex.Sink, flushAfter time.Duration) func(*core.State) (*Counter, error) {
+func newCounter(sink ex.Sink, flushAfter time.Duration) func(context.Context, *core.State) (*Counter, error) {
 	return ex.Options{Sink: sink, FlushAfter: flushAfter, Logger: slog.New(slog.DiscardHandler)}.New
 }

@@ -63,25 +63,30 @@ func Register(rt *core.Runtime, name string, opts Options) (*core.Namespace[*Inv
 	if opts.Attempts <= 0 {
 		opts.Attempts = 10
 	}
-	return core.Register(rt, name, func(st *core.State) (*Inventory, error) { return newInventory(st, opts) })
+	return core.Register(rt, name, func(ctx context.Context, st *core.State) (*Inventory, error) {
+		return newInventory(ctx, st, opts)
+	})
 }
 
 // New is the constructor with the default options.
-func New(st *core.State) (*Inventory, error) {
-	return newInventory(st, Options{Await: time.Millisecond, Attempts: 10})
+func New(ctx context.Context, st *core.State) (*Inventory, error) {
+	return newInventory(ctx, st, Options{Await: time.Millisecond, Attempts: 10})
 }
 
-// newInventory runs each time the object is activated.
-func newInventory(st *core.State, opts Options) (*Inventory, error) {
+// newInventory runs each time the object is activated, as the object's
+// first turn: ctx is that turn's.
+func newInventory(ctx context.Context, st *core.State, opts Options) (*Inventory, error) {
 	// TODO: create the item's table if it does not exist, with one row:
 	// stock 0 (and, for part 2, version 0). It runs on every activation, so
-	// it must not reset a stock that is already there.
+	// it must not reset a stock that is already there. Every storage call
+	// takes the turn's ctx: st.Storage().Exec(ctx, ...).
 	return &Inventory{st: st, opts: opts}, nil
 }
 
 // Stock returns the units in stock.
 func (inv *Inventory) Stock(ctx context.Context) (int, error) {
-	// TODO: read the stock from the object's storage (inv.st.Storage()).
+	// TODO: read the stock from the object's storage
+	// (inv.st.Storage().QueryRow(ctx, ...)).
 	return 0, errTODO
 }
 

@@ -41,10 +41,11 @@ type Limiter struct {
 	st *core.State
 }
 
-// New is the constructor to pass to core.Register.
-func New(st *core.State) (*Limiter, error) {
+// New is the constructor to pass to core.Register. It runs as the
+// object's first turn; ctx is that turn's.
+func New(ctx context.Context, st *core.State) (*Limiter, error) {
 	// TODO: create the table of allowed calls (one row per call, its time)
-	// if it does not exist.
+	// if it does not exist (st.Storage().Exec(ctx, ...)).
 	return &Limiter{st: st}, nil
 }
 
@@ -57,9 +58,10 @@ type Decision struct {
 	RetryAfter time.Duration // zero while Remaining > 0, else ResetAt minus now
 }
 
-// Allow is AllowAt(ctx, time.Now(), limit, window).
+// Allow is AllowAt(ctx, now, limit, window) with now from the runtime's
+// clock (l.st.Now(), which is core.Options.Now).
 func (l *Limiter) Allow(ctx context.Context, limit int, window time.Duration) (Decision, error) {
-	return l.AllowAt(ctx, time.Now(), limit, window)
+	return l.AllowAt(ctx, l.st.Now(), limit, window)
 }
 
 // AllowAt checks a call made at now against limit calls per sliding

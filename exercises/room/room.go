@@ -74,7 +74,9 @@ func Register(rt *core.Runtime, name string, opts Options) (*core.Namespace[*Roo
 	if opts.History <= 0 {
 		opts.History = 128
 	}
-	return core.Register(rt, name, func(st *core.State) (*Room, error) { return newRoom(st, opts) })
+	return core.Register(rt, name, func(ctx context.Context, st *core.State) (*Room, error) {
+		return newRoom(ctx, st, opts)
+	})
 }
 
 // Handler routes GET /room/{name} to the room called name.
@@ -92,12 +94,13 @@ func Handler(rooms *core.Namespace[*Room]) http.Handler {
 }
 
 // newRoom runs on every activation of the room: first use, and after every
-// hibernation.
-func newRoom(st *core.State, opts Options) (*Room, error) {
+// hibernation, as the room's first turn; ctx is that turn's.
+func newRoom(ctx context.Context, st *core.State, opts Options) (*Room, error) {
 	r := &Room{st: st, opts: opts}
 	// TODO: make the runtime answer Ping with Pong
 	// (st.SetWebSocketAutoResponse); create the table of messages if it does
-	// not exist; read the latest offset back into r.last.
+	// not exist; read the latest offset back into r.last. Storage calls take
+	// the turn's ctx (st.Storage().Exec(ctx, ...)).
 	return r, nil
 }
 
@@ -123,10 +126,11 @@ func (r *Room) Fetch(ctx context.Context, w http.ResponseWriter, req *http.Reque
 		since = n
 	}
 	_ = since
-	// TODO: accept the WebSocket with Tag (r.st.AcceptWebSocket; if it
-	// fails with core.ErrBadHandshake the error answer is written: return
-	// nil); keep Member{name, now in ms} as its attachment; (part 2) replay
-	// the kept messages after since; send "!live <r.last>".
+	// TODO: accept the WebSocket with Tag (r.st.AcceptWebSocket(ctx, ...);
+	// if it fails with core.ErrBadHandshake the error answer is written:
+	// return nil); keep Member{name, r.st.Now() in ms} as its attachment;
+	// (part 2) replay the kept messages after since; send "!live <r.last>"
+	// (ws.SendText(ctx, ...): sends need the turn's ctx).
 	return errTODO
 }
 
@@ -136,7 +140,8 @@ func (r *Room) Fetch(ctx context.Context, w http.ResponseWriter, req *http.Reque
 func (r *Room) WebSocketMessage(ctx context.Context, ws *core.WebSocket, msg core.Message) error {
 	// TODO: ws.Attachment() is the JSON to put in front. Store the line
 	// with its offset (and forget the ones older than History), then send
-	// it to r.st.WebSockets(Tag).
+	// it to r.st.WebSockets(Tag) with p.Send(ctx, ...): a send outside a
+	// turn fails with core.ErrNotInTurn.
 	return errTODO
 }
 

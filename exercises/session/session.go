@@ -14,6 +14,9 @@
 //   - The stored deadline is the truth, the alarm is the janitor. An alarm
 //     may run late (the runtime was down, a retry), so Get and Deadline
 //     compare the stored deadline with the clock.
+//   - The clock is the runtime's, s.st.Now() (core.Options.Now): the one
+//     the alarm is due by. Never time.Now: with a shifted Options.Now the
+//     deadline and the alarm would disagree by hours.
 //   - Touch and Set re-arm the alarm at the new deadline: for a TTL,
 //     re-arming on every event is the point.
 //   - The constructor runs on every activation (after every eviction):
@@ -54,10 +57,12 @@ type Session struct {
 }
 
 // New is the constructor with the default options, for core.Register.
-func New(st *core.State) (*Session, error) { return Options{}.New(st) }
+func New(ctx context.Context, st *core.State) (*Session, error) { return Options{}.New(ctx, st) }
 
-// New is the constructor with these options, for core.Register.
-func (o Options) New(st *core.State) (*Session, error) {
+// New is the constructor with these options, for core.Register. It runs as
+// the object's first turn; ctx is that turn's, and every storage or alarm
+// call takes it (st.Storage().Exec(ctx, ...), s.st.SetAlarm(ctx, t)).
+func (o Options) New(ctx context.Context, st *core.State) (*Session, error) {
 	ttl := o.TTL
 	if ttl <= 0 {
 		ttl = DefaultTTL

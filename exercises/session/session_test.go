@@ -31,11 +31,11 @@ func open(t *testing.T, opts core.Options) *env {
 	e := &env{rt: coretest.Open(t, opts), states: map[string]*core.State{}}
 	ctor := newSession(ttl)
 	var err error
-	e.ns, err = core.Register(e.rt, "sessions", func(st *core.State) (*Session, error) {
+	e.ns, err = core.Register(e.rt, "sessions", func(ctx context.Context, st *core.State) (*Session, error) {
 		e.mu.Lock()
 		e.states[st.Name()] = st
 		e.mu.Unlock()
-		return ctor(st)
+		return ctor(ctx, st)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -90,7 +90,7 @@ func (e *env) stored(t *testing.T, s *core.Stub[*Session]) int {
 		st := e.states[s.Name()]
 		e.mu.Unlock()
 		db := st.Storage()
-		rows, err := db.Query("SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE '\\_%' ESCAPE '\\' AND name NOT LIKE 'sqlite%'")
+		rows, err := db.Query(ctx, "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE '\\_%' ESCAPE '\\' AND name NOT LIKE 'sqlite%'")
 		if err != nil {
 			return 0, err
 		}
@@ -104,12 +104,12 @@ func (e *env) stored(t *testing.T, s *core.Stub[*Session]) int {
 		total := 0
 		for _, tab := range tables {
 			var c int
-			if err := db.QueryRow(`SELECT count(*) FROM "` + strings.ReplaceAll(tab, `"`, `""`) + `"`).Scan(&c); err != nil {
+			if err := db.QueryRow(ctx, `SELECT count(*) FROM "`+strings.ReplaceAll(tab, `"`, `""`)+`"`).Scan(&c); err != nil {
 				return 0, err
 			}
 			total += c
 		}
-		kv, err := db.List("", 0)
+		kv, err := db.List(ctx, "", 0)
 		return total + len(kv), err
 	})
 	if err != nil {
@@ -200,6 +200,38 @@ func TestSession_TheAlarmDeletesTheData(t *testing.T) {
 		}
 		if n := e.stored(t, s); n != 0 {
 			t.Errorf("after the alarm, the object still stores %d rows (values, deadline): want 0", n)
+		}
+	})
+}
+
+// The session keeps time by the runtime's clock (core.Options.Now, which
+// the object reads as st.Now()), the clock its alarm is due by. Here that
+// clock is 3 h ahead of time.Now; the session must behave exactly as on an
+// unshifted one.
+func TestSession_KeepsTheRuntimesClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const shift = 3 * time.Hour
+		e := open(t, core.Options{Now: func() time.Time { return time.Now().Add(shift) }})
+		s := e.stub(t, "sess-1")
+		set(t, s, "user", "ada")
+		if at, ok := deadline(t, s); !ok || !at.Equal(time.Now().Add(shift+ttl)) {
+			t.Errorf("Deadline after Set: got %v %t, want the runtime's now + 30m (take the time from st.Now(), not time.Now())", at, ok)
+		}
+		time.Sleep(ttl - time.Second)
+		synctest.Wait()
+		if got := e.rt.Stats().Alarms; got != 1 {
+			t.Errorf("alarms pending a second before the deadline: got %d, want 1 (an alarm set from time.Now is hours early by the runtime's clock)", got)
+		}
+		if v, err := get(t, s, "user"); err != nil || v != "ada" {
+			t.Errorf("a second before the deadline: got %q, %v; want ada", v, err)
+		}
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		if got := e.rt.Stats().Alarms; got != 0 {
+			t.Errorf("alarms pending after the deadline: got %d, want 0 (the alarm ran)", got)
+		}
+		if n := e.stored(t, s); n != 0 {
+			t.Errorf("after the deadline the object still stores %d rows: want 0 (the alarm deletes them)", n)
 		}
 	})
 }

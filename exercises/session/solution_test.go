@@ -3,6 +3,7 @@
 package session_test
 
 import (
+	"context"
 	"time"
 
 	"github.com/durable-go/durable/core"
@@ -15,6 +16,6 @@ type Session = session.Session
 
 var errNotFound = session.ErrNotFound
 
-func newSession(ttl time.Duration) func(*core.State) (*Session, error) {
+func newSession(ttl time.Duration) func(context.Context, *core.State) (*Session, error) {
 	return session.Options{TTL: ttl}.New
 }

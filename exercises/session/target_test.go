@@ -3,6 +3,7 @@
 package session_test
 
 import (
+	"context"
 	"time"
 
 	"github.com/durable-go/durable/core"
@@ -16,6 +17,6 @@ type Session = ex.Session
 
 var errNotFound = ex.ErrNotFound
 
-func newSession(ttl time.Duration) func(*core.State) (*Session, error) {
+func newSession(ttl time.Duration) func(context.Context, *core.State) (*Session, error) {
 	return ex.Options{TTL: ttl}.New
 }

@@ -33,7 +33,8 @@ type Options struct {
 // core.Register(rt, "counters", counter.Options{Sink: store}.New), one
 // object per link.
 //
-// Methods must be called inside a turn of the object (core.Call, core.Do).
+// Methods must be called inside a turn of the object (core.Call, core.Do),
+// with the turn's ctx; elsewhere they fail with core.ErrNotInTurn.
 type Counter struct {
 	st         *core.State
 	sink       Sink
@@ -50,13 +51,13 @@ const schema = `CREATE TABLE IF NOT EXISTS clicks(
 )`
 
 // New is the Counter constructor with these options, for core.Register.
-func (o Options) New(st *core.State) (*Counter, error) {
+func (o Options) New(ctx context.Context, st *core.State) (*Counter, error) {
 	if o.Sink == nil {
 		return nil, errors.New("counter: Options.Sink is nil")
 	}
 	// Tables only. The constructor runs on every activation, so arming the
 	// alarm here would postpone a pending flush each time (A16).
-	if _, err := st.Storage().Exec(schema); err != nil {
+	if _, err := st.Storage().Exec(ctx, schema); err != nil {
 		return nil, err
 	}
 	c := &Counter{st: st, sink: o.Sink, flushAfter: o.FlushAfter, log: o.Logger}
@@ -69,34 +70,34 @@ func (o Options) New(st *core.State) (*Counter, error) {
 	return c, nil
 }
 
-// Record counts one hit in the current minute's bucket and makes sure a
-// flush is due within FlushAfter.
+// Record counts one hit in the current minute's bucket, by the runtime's
+// clock (State.Now), and makes sure a flush is due within FlushAfter.
 func (c *Counter) Record(ctx context.Context) error {
-	now := time.Now()
+	now := c.st.Now()
 	bucket := now.Truncate(time.Minute).UnixMilli()
-	_, err := c.st.Storage().Exec(`INSERT INTO clicks(bucket, n) VALUES (?, 1)
+	_, err := c.st.Storage().Exec(ctx, `INSERT INTO clicks(bucket, n) VALUES (?, 1)
 ON CONFLICT(bucket) DO UPDATE SET n = n + 1, flushed = 0`, bucket)
 	if err != nil {
 		return err
 	}
 	// Debounce: arm only when no flush is pending (A4). Re-arming on every
 	// hit would postpone the flush for as long as the hits keep coming.
-	if _, pending, err := c.st.GetAlarm(); err != nil || pending {
+	if _, pending, err := c.st.GetAlarm(ctx); err != nil || pending {
 		return err
 	}
-	return c.st.SetAlarm(now.Add(c.flushAfter))
+	return c.st.SetAlarm(ctx, now.Add(c.flushAfter))
 }
 
 // Total returns the hits this counter has recorded, flushed or not.
 func (c *Counter) Total(ctx context.Context) (int64, error) {
 	var n int64
-	err := c.st.Storage().QueryRow("SELECT coalesce(sum(n), 0) FROM clicks").Scan(&n)
+	err := c.st.Storage().QueryRow(ctx, "SELECT coalesce(sum(n), 0) FROM clicks").Scan(&n)
 	return n, err
 }
 
 // FlushAt returns when the next flush is due, and false if none is.
 func (c *Counter) FlushAt(ctx context.Context) (time.Time, bool, error) {
-	return c.st.GetAlarm()
+	return c.st.GetAlarm(ctx)
 }
 
 // Alarm flushes the buckets that changed since the last flush. On failure
@@ -125,7 +126,7 @@ func (c *Counter) Alarm(ctx context.Context, info core.AlarmInfo) error {
 func (c *Counter) flush(ctx context.Context) error {
 	// Read the rows into memory before any await (K2): the sink is written
 	// with the input gate open, and other turns may record meanwhile.
-	counts, err := c.unflushed()
+	counts, err := c.unflushed(ctx)
 	if err != nil || len(counts) == 0 {
 		return err
 	}
@@ -140,7 +141,7 @@ func (c *Counter) flush(ctx context.Context) error {
 	// the await changed n, so its bucket stays unflushed for the next flush
 	// (which that hit armed).
 	for _, cnt := range counts {
-		_, err := c.st.Storage().Exec("UPDATE clicks SET flushed = 1 WHERE bucket = ? AND n = ?", cnt.Bucket.UnixMilli(), cnt.N)
+		_, err := c.st.Storage().Exec(ctx, "UPDATE clicks SET flushed = 1 WHERE bucket = ? AND n = ?", cnt.Bucket.UnixMilli(), cnt.N)
 		if err != nil {
 			return err
 		}
@@ -149,8 +150,8 @@ func (c *Counter) flush(ctx context.Context) error {
 }
 
 // unflushed returns the buckets changed since they were last flushed.
-func (c *Counter) unflushed() ([]Count, error) {
-	rows, err := c.st.Storage().Query("SELECT bucket, n FROM clicks WHERE flushed = 0 ORDER BY bucket")
+func (c *Counter) unflushed(ctx context.Context) ([]Count, error) {
+	rows, err := c.st.Storage().Query(ctx, "SELECT bucket, n FROM clicks WHERE flushed = 0 ORDER BY bucket")
 	if err != nil {
 		return nil, err
 	}

@@ -59,8 +59,8 @@ type Inventory struct {
 
 // New is the constructor to pass to core.Register: it creates the item's
 // table if needed (stock 0) and uses the default Options.
-func New(st *core.State) (*Inventory, error) {
-	return newInventory(st, Options{}.withDefaults())
+func New(ctx context.Context, st *core.State) (*Inventory, error) {
+	return newInventory(ctx, st, Options{}.withDefaults())
 }
 
 // Register adds to rt a namespace called name of inventories configured by
@@ -68,13 +68,13 @@ func New(st *core.State) (*Inventory, error) {
 // core.Register(rt, name, New).
 func Register(rt *core.Runtime, name string, opts Options) (*core.Namespace[*Inventory], error) {
 	opts = opts.withDefaults()
-	return core.Register(rt, name, func(st *core.State) (*Inventory, error) {
-		return newInventory(st, opts)
+	return core.Register(rt, name, func(ctx context.Context, st *core.State) (*Inventory, error) {
+		return newInventory(ctx, st, opts)
 	})
 }
 
-func newInventory(st *core.State, opts Options) (*Inventory, error) {
-	_, err := st.Storage().Exec(`CREATE TABLE IF NOT EXISTS item(
+func newInventory(ctx context.Context, st *core.State, opts Options) (*Inventory, error) {
+	_, err := st.Storage().Exec(ctx, `CREATE TABLE IF NOT EXISTS item(
 	id      INTEGER PRIMARY KEY CHECK (id = 1),
 	stock   INTEGER NOT NULL CHECK (stock >= 0),
 	version INTEGER NOT NULL
@@ -88,13 +88,13 @@ INSERT OR IGNORE INTO item(id, stock, version) VALUES (1, 0, 0)`)
 
 // Stock returns the units in stock.
 func (inv *Inventory) Stock(ctx context.Context) (int, error) {
-	stock, _, err := inv.read()
+	stock, _, err := inv.read(ctx)
 	return stock, err
 }
 
 // read returns the stock and its version.
-func (inv *Inventory) read() (stock, version int, err error) {
-	err = inv.st.Storage().QueryRow("SELECT stock, version FROM item WHERE id = 1").Scan(&stock, &version)
+func (inv *Inventory) read(ctx context.Context) (stock, version int, err error) {
+	err = inv.st.Storage().QueryRow(ctx, "SELECT stock, version FROM item WHERE id = 1").Scan(&stock, &version)
 	return stock, version, err
 }
 
@@ -103,14 +103,14 @@ func (inv *Inventory) Restock(ctx context.Context, qty int) error {
 	if err := checkQuantity(qty); err != nil {
 		return err
 	}
-	stock, _, err := inv.read()
+	stock, _, err := inv.read(ctx)
 	if err != nil {
 		return err
 	}
 	if qty > MaxStock-stock {
 		return fmt.Errorf("%w: %d more on a stock of %d would pass MaxStock (%d)", ErrInvalidQuantity, qty, stock, MaxStock)
 	}
-	_, err = inv.st.Storage().Exec("UPDATE item SET stock = ?, version = version + 1 WHERE id = 1", stock+qty)
+	_, err = inv.st.Storage().Exec(ctx, "UPDATE item SET stock = ?, version = version + 1 WHERE id = 1", stock+qty)
 	return err
 }
 
@@ -124,11 +124,11 @@ func (inv *Inventory) Reserve(ctx context.Context, qty int) (bool, error) {
 	if err := checkQuantity(qty); err != nil {
 		return false, err
 	}
-	stock, _, err := inv.read()
+	stock, _, err := inv.read(ctx)
 	if err != nil || stock < qty {
 		return false, err
 	}
-	_, err = inv.st.Storage().Exec("UPDATE item SET stock = ?, version = version + 1 WHERE id = 1", stock-qty)
+	_, err = inv.st.Storage().Exec(ctx, "UPDATE item SET stock = ?, version = version + 1 WHERE id = 1", stock-qty)
 	return err == nil, err
 }
 
@@ -145,7 +145,7 @@ func (inv *Inventory) ReserveRacy(ctx context.Context, qty int) (bool, error) {
 	if err := checkQuantity(qty); err != nil {
 		return false, err
 	}
-	stock, _, err := inv.read()
+	stock, _, err := inv.read(ctx)
 	if err != nil || stock < qty {
 		return false, err
 	}
@@ -153,7 +153,7 @@ func (inv *Inventory) ReserveRacy(ctx context.Context, qty int) (bool, error) {
 	if err := inv.st.Sleep(ctx, inv.opts.Await); err != nil {
 		return false, err
 	}
-	_, err = inv.st.Storage().Exec("UPDATE item SET stock = ?, version = version + 1 WHERE id = 1", stock-qty)
+	_, err = inv.st.Storage().Exec(ctx, "UPDATE item SET stock = ?, version = version + 1 WHERE id = 1", stock-qty)
 	return err == nil, err
 }
 
@@ -170,14 +170,14 @@ func (inv *Inventory) ReserveVersioned(ctx context.Context, qty int) (bool, erro
 		return false, err
 	}
 	for range inv.opts.Attempts {
-		stock, version, err := inv.read()
+		stock, version, err := inv.read(ctx)
 		if err != nil || stock < qty {
 			return false, err
 		}
 		if err := inv.st.Sleep(ctx, inv.opts.Await); err != nil {
 			return false, err
 		}
-		res, err := inv.st.Storage().Exec(
+		res, err := inv.st.Storage().Exec(ctx,
 			"UPDATE item SET stock = ?, version = version + 1 WHERE id = 1 AND version = ?", stock-qty, version)
 		if err != nil {
 			return false, err

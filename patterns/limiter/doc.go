@@ -47,9 +47,10 @@
 //   - IPv6 clients usually hold a whole /64; the default key is that
 //     prefix, not the address, or a client could pick a fresh address for
 //     every request.
-//   - Time comes from Go (time.Now, or the time passed to AllowAt), never
-//     from SQL. A clock that steps backwards keeps calls in the window
-//     longer, never shorter.
+//   - Time comes from Go, never from SQL: Allow and HTTP take it from the
+//     runtime's clock (core.State.Now, which is core.Options.Now), AllowAt
+//     from its argument. A clock that steps backwards keeps calls in the
+//     window longer, never shorter.
 //   - Pass the same limit and window on every call for a key: they are
 //     arguments, not stored, so a key whose limit shrinks may see a ResetAt
 //     earlier than its next allowed call.

@@ -54,7 +54,7 @@ func ExampleLimiter_AllowAt() {
 	// a minute later: allowed=true
 }
 
-// Allow takes the time from time.Now.
+// Allow takes the time from the runtime's clock, core.Options.Now.
 func ExampleLimiter_Allow() {
 	rt, err := core.Open(core.Options{})
 	if err != nil {

@@ -56,8 +56,7 @@ func (h *HTTP) Middleware(next http.Handler) http.Handler {
 		panic("limiter: HTTP needs Limiters, a Limit of at least 1 and a positive Window")
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		now := time.Now()
-		d, err := h.allow(r.Context(), r, now)
+		d, now, err := h.allow(r.Context(), r)
 		switch {
 		case errors.Is(err, core.ErrInvalidName):
 			http.Error(w, "limiter: no valid rate-limit key for this request", http.StatusBadRequest)
@@ -80,18 +79,22 @@ func (h *HTTP) Middleware(next http.Handler) http.Handler {
 	})
 }
 
-func (h *HTTP) allow(ctx context.Context, r *http.Request, now time.Time) (Decision, error) {
+// allow checks r against its key's limiter, and returns the decision and
+// the time it was made at, by the runtime's clock.
+func (h *HTTP) allow(ctx context.Context, r *http.Request) (d Decision, now time.Time, err error) {
 	key := h.clientIP
 	if h.Key != nil {
 		key = h.Key
 	}
 	stub, err := h.Limiters.Get(key(r))
 	if err != nil {
-		return Decision{}, err
+		return Decision{}, time.Time{}, err
 	}
-	return core.Call(ctx, stub, func(ctx context.Context, l *Limiter) (Decision, error) {
+	d, err = core.Call(ctx, stub, func(ctx context.Context, l *Limiter) (Decision, error) {
+		now = l.st.Now() // the clock the window is kept by
 		return l.AllowAt(ctx, now, h.Limit, h.Window)
 	})
+	return d, now, err
 }
 
 // clientIP is the default key: the client's address, from the last entry

@@ -24,8 +24,8 @@ type Limiter struct {
 
 // New is the constructor to pass to core.Register: it creates the key's
 // table if needed.
-func New(st *core.State) (*Limiter, error) {
-	if _, err := st.Storage().Exec("CREATE TABLE IF NOT EXISTS w(ts INTEGER)"); err != nil {
+func New(ctx context.Context, st *core.State) (*Limiter, error) {
+	if _, err := st.Storage().Exec(ctx, "CREATE TABLE IF NOT EXISTS w(ts INTEGER)"); err != nil {
 		return nil, err
 	}
 	return &Limiter{st: st}, nil
@@ -53,9 +53,10 @@ type Decision struct {
 	RetryAfter time.Duration
 }
 
-// Allow is AllowAt(ctx, time.Now(), limit, window).
+// Allow is AllowAt(ctx, now, limit, window) with now from the runtime's
+// clock (core.State.Now, which is core.Options.Now).
 func (l *Limiter) Allow(ctx context.Context, limit int, window time.Duration) (Decision, error) {
-	return l.AllowAt(ctx, time.Now(), limit, window)
+	return l.AllowAt(ctx, l.st.Now(), limit, window)
 }
 
 // AllowAt checks a call made at now against a limit of limit calls per
@@ -69,17 +70,17 @@ func (l *Limiter) AllowAt(ctx context.Context, now time.Time, limit int, window 
 	db := l.st.Storage()
 	t := now.UnixNano()
 	// "<=", where the original has "<": a call made exactly at ResetAt passes.
-	if _, err := db.Exec("DELETE FROM w WHERE ts <= ?", t-int64(window)); err != nil {
+	if _, err := db.Exec(ctx, "DELETE FROM w WHERE ts <= ?", t-int64(window)); err != nil {
 		return Decision{}, err
 	}
 	var n int
 	var oldest sql.NullInt64
-	if err := db.QueryRow("SELECT count(*), min(ts) FROM w").Scan(&n, &oldest); err != nil {
+	if err := db.QueryRow(ctx, "SELECT count(*), min(ts) FROM w").Scan(&n, &oldest); err != nil {
 		return Decision{}, err
 	}
 	d := Decision{Limit: limit}
 	if n < limit {
-		if _, err := db.Exec("INSERT INTO w VALUES (?)", t); err != nil {
+		if _, err := db.Exec(ctx, "INSERT INTO w VALUES (?)", t); err != nil {
 			return Decision{}, err
 		}
 		d.Allowed = true

@@ -3,6 +3,8 @@ package limiter_test
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -122,11 +124,11 @@ func TestLimiter_AllowAt_RowsWritten(t *testing.T) {
 		mu     sync.Mutex // protects states
 		states = map[string]*core.State{}
 	)
-	keys, err := core.Register(rt, "ratelimit", func(st *core.State) (*limiter.Limiter, error) {
+	keys, err := core.Register(rt, "ratelimit", func(ctx context.Context, st *core.State) (*limiter.Limiter, error) {
 		mu.Lock()
 		states[st.Name()] = st
 		mu.Unlock()
-		return limiter.New(st)
+		return limiter.New(ctx, st)
 	})
 	require.NoError(t, err)
 	key := mustKey(t, keys, "ip-1")
@@ -251,5 +253,64 @@ func TestLimiter_AllowAt_InvalidLimit(t *testing.T) {
 		_, err := allowAt(key, t0, tc.limit, tc.window)
 		require.ErrorIs(t, err, limiter.ErrInvalidLimit, "%d per %v", tc.limit, tc.window)
 		require.ErrorContains(t, err, fmt.Sprintf("limiter: invalid limit: %d calls per %v", tc.limit, tc.window))
+	}
+}
+
+// clock is a scripted core.Options.Now.
+type clock struct{ ns atomic.Int64 }
+
+func newClock(t time.Time) *clock {
+	c := &clock{}
+	c.ns.Store(t.UnixNano())
+	return c
+}
+
+func (c *clock) now() time.Time          { return time.Unix(0, c.ns.Load()) }
+func (c *clock) advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+// Allow and the middleware keep the window by the runtime's clock
+// (Options.Now), not by time.Now: shifting the runtime's clock slides
+// the window.
+func TestLimiter_Allow_RuntimeClock(t *testing.T) {
+	clk := newClock(t0)
+	rt, err := core.Open(core.Options{Now: clk.now})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, rt.Close()) })
+	keys := mustRegister(t, rt)
+	key := mustKey(t, keys, "user-7")
+	allow := func() limiter.Decision {
+		t.Helper()
+		d, err := core.Call(context.Background(), key, func(ctx context.Context, l *limiter.Limiter) (limiter.Decision, error) {
+			return l.Allow(ctx, 2, time.Minute)
+		})
+		require.NoError(t, err)
+		return d
+	}
+
+	for i := range 2 {
+		require.True(t, allow().Allowed, "call %d", i)
+	}
+	d := allow()
+	require.False(t, d.Allowed, "over the limit")
+	require.Equal(t, t0.Add(time.Minute), d.ResetAt.UTC(), "the first call's time, by the runtime's clock, plus the window")
+	require.Equal(t, time.Minute, d.RetryAfter)
+	clk.advance(time.Minute)
+	require.True(t, allow().Allowed, "a minute later by the runtime's clock")
+
+	handler := (&limiter.HTTP{Limiters: keys, Limit: 1, Window: time.Minute}).Middleware(http.NotFoundHandler())
+	for i, step := range []struct {
+		advance    time.Duration
+		code       int
+		retryAfter string
+	}{
+		{0, http.StatusNotFound, ""},
+		{30 * time.Second, http.StatusTooManyRequests, "30"},
+		{30 * time.Second, http.StatusNotFound, ""},
+	} {
+		clk.advance(step.advance)
+		w := httptest.NewRecorder()
+		handler.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+		require.Equal(t, step.code, w.Code, "request %d", i)
+		require.Equal(t, step.retryAfter, w.Header().Get("Retry-After"), "request %d", i)
 	}
 }

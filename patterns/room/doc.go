@@ -56,6 +56,11 @@
 //     by channel for instance.
 //   - Sends leave only after the message is durable in the history: a
 //     client never sees a message the room could forget.
+//   - The room sends and closes only from its turns (Fetch,
+//     WebSocketMessage, Alarm), with the turn's ctx: a send or close
+//     outside a turn fails with core.ErrNotInTurn. Code that must push to
+//     the members from elsewhere calls the room (core.Do) and sends from
+//     that turn.
 //   - The runtime writes to each member from its own goroutine with a
 //     bounded queue; a member that does not keep up is closed with 1013
 //     and never slows the others.

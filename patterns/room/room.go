@@ -77,25 +77,27 @@ type Room struct {
 // Register registers a namespace of rooms in rt.
 func Register(rt *core.Runtime, name string, opts Options) (*core.Namespace[*Room], error) {
 	opts = opts.withDefaults()
-	return core.Register(rt, name, func(st *core.State) (*Room, error) { return newRoom(st, opts) })
+	return core.Register(rt, name, func(ctx context.Context, st *core.State) (*Room, error) {
+		return newRoom(ctx, st, opts)
+	})
 }
 
 // newRoom runs on every activation of the room: first use, and after every
 // hibernation. It rebuilds memory from storage and never arms the alarm
 // (a join does), so that waking an idle room costs nothing more.
-func newRoom(st *core.State, opts Options) (*Room, error) {
+func newRoom(ctx context.Context, st *core.State, opts Options) (*Room, error) {
 	if err := st.SetWebSocketAutoResponse(Ping, Pong); err != nil {
 		return nil, err
 	}
 	s := st.Storage()
-	if _, err := s.Exec(`CREATE TABLE IF NOT EXISTS room_messages(
+	if _, err := s.Exec(ctx, `CREATE TABLE IF NOT EXISTS room_messages(
   seq INTEGER PRIMARY KEY,   -- the message's offset: 1, 2, 3, ...
   line BLOB NOT NULL,        -- the frame as members receive it
   binary INTEGER NOT NULL)`); err != nil {
 		return nil, err
 	}
 	r := &Room{st: st, opts: opts}
-	if err := s.QueryRow("SELECT coalesce(max(seq), 0) FROM room_messages").Scan(&r.last); err != nil {
+	if err := s.QueryRow(ctx, "SELECT coalesce(max(seq), 0) FROM room_messages").Scan(&r.last); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -133,45 +135,45 @@ func (r *Room) Fetch(ctx context.Context, w http.ResponseWriter, req *http.Reque
 		}
 		since = n
 	}
-	ws, err := r.st.AcceptWebSocket(w, req, Tag)
+	ws, err := r.st.AcceptWebSocket(ctx, w, req, Tag)
 	if errors.Is(err, core.ErrBadHandshake) {
 		return nil // the error response is written
 	}
 	if err != nil {
 		return err
 	}
-	if err := ws.SerializeAttachment(Member{Name: name, JoinedAt: time.Now().UnixMilli()}); err != nil {
+	if err := ws.SerializeAttachment(Member{Name: name, JoinedAt: r.st.Now().UnixMilli()}); err != nil {
 		return err
 	}
 	if since >= 0 {
-		if err := r.replay(ws, since); err != nil {
+		if err := r.replay(ctx, ws, since); err != nil {
 			return err
 		}
 	}
-	if err := ws.SendText("!live " + strconv.FormatInt(r.last, 10)); err != nil {
+	if err := ws.SendText(ctx, "!live "+strconv.FormatInt(r.last, 10)); err != nil {
 		return err
 	}
-	return r.armPrune()
+	return r.armPrune(ctx)
 }
 
 // replay sends ws the kept messages after since, in order. The sends leave
 // after this turn commits and before any later turn's, so live messages
 // follow them with neither a gap nor a duplicate.
-func (r *Room) replay(ws *core.WebSocket, since int64) error {
+func (r *Room) replay(ctx context.Context, ws *core.WebSocket, since int64) error {
 	if since >= r.last {
 		return nil
 	}
 	s := r.st.Storage()
 	var first int64
-	if err := s.QueryRow("SELECT coalesce(min(seq), 0) FROM room_messages").Scan(&first); err != nil {
+	if err := s.QueryRow(ctx, "SELECT coalesce(min(seq), 0) FROM room_messages").Scan(&first); err != nil {
 		return err
 	}
 	if since+1 < first {
-		if err := ws.SendText(fmt.Sprintf("!gap %d %d", since, first)); err != nil {
+		if err := ws.SendText(ctx, fmt.Sprintf("!gap %d %d", since, first)); err != nil {
 			return err
 		}
 	}
-	rows, err := s.Query("SELECT line, binary FROM room_messages WHERE seq > ? ORDER BY seq", since)
+	rows, err := s.Query(ctx, "SELECT line, binary FROM room_messages WHERE seq > ? ORDER BY seq", since)
 	if err != nil {
 		return err
 	}
@@ -181,7 +183,7 @@ func (r *Room) replay(ws *core.WebSocket, since int64) error {
 		if err := rows.Scan(&m.Data, &m.Binary); err != nil {
 			return err
 		}
-		if err := ws.Send(m); err != nil {
+		if err := ws.Send(ctx, m); err != nil {
 			return err
 		}
 	}
@@ -204,16 +206,16 @@ func (r *Room) WebSocketMessage(ctx context.Context, ws *core.WebSocket, msg cor
 	line = append(line, ':')
 	line = append(line, msg.Data...)
 	s := r.st.Storage()
-	if _, err := s.Exec("INSERT INTO room_messages(seq, line, binary) VALUES (?, ?, ?)", off, line, msg.Binary); err != nil {
+	if _, err := s.Exec(ctx, "INSERT INTO room_messages(seq, line, binary) VALUES (?, ?, ?)", off, line, msg.Binary); err != nil {
 		return err
 	}
-	if _, err := s.Exec("DELETE FROM room_messages WHERE seq <= ?", off-int64(r.opts.History)); err != nil {
+	if _, err := s.Exec(ctx, "DELETE FROM room_messages WHERE seq <= ?", off-int64(r.opts.History)); err != nil {
 		return err
 	}
 	r.last = off
 	out := core.Message{Data: line, Binary: msg.Binary}
 	for _, p := range r.st.WebSockets(Tag) {
-		p.Send(out) // an error means p closed meanwhile: it is no member any more
+		p.Send(ctx, out) // an error means p closed meanwhile: it is no member any more
 	}
 	return nil
 }
@@ -223,7 +225,7 @@ func (r *Room) WebSocketMessage(ctx context.Context, ws *core.WebSocket, msg cor
 // only while connections remain, so a room nobody watches is never woken
 // (SEMANTICS R11).
 func (r *Room) Alarm(ctx context.Context, info core.AlarmInfo) error {
-	now := time.Now()
+	now := r.st.Now()
 	left := 0
 	for _, ws := range r.st.WebSockets(Tag) {
 		var m Member
@@ -235,7 +237,7 @@ func (r *Room) Alarm(ctx context.Context, info core.AlarmInfo) error {
 			seen = t
 		}
 		if now.Sub(seen) > r.opts.StaleAfter {
-			ws.Close(CloseStale, "stale: no ping")
+			ws.Close(ctx, CloseStale, "stale: no ping")
 			continue
 		}
 		left++
@@ -243,19 +245,19 @@ func (r *Room) Alarm(ctx context.Context, info core.AlarmInfo) error {
 	if left == 0 {
 		return nil
 	}
-	return r.st.SetAlarm(now.Add(r.opts.PruneEvery))
+	return r.st.SetAlarm(ctx, now.Add(r.opts.PruneEvery))
 }
 
 // NextPrune returns when the pruning alarm runs next, and false if it is
 // not armed (the room has had no connection since it last ran).
-func (r *Room) NextPrune() (time.Time, bool, error) { return r.st.GetAlarm() }
+func (r *Room) NextPrune(ctx context.Context) (time.Time, bool, error) { return r.st.GetAlarm(ctx) }
 
 // armPrune arms the pruning alarm unless it is pending.
-func (r *Room) armPrune() error {
-	if _, ok, err := r.st.GetAlarm(); err != nil || ok {
+func (r *Room) armPrune(ctx context.Context) error {
+	if _, ok, err := r.st.GetAlarm(ctx); err != nil || ok {
 		return err
 	}
-	return r.st.SetAlarm(time.Now().Add(r.opts.PruneEvery))
+	return r.st.SetAlarm(ctx, r.st.Now().Add(r.opts.PruneEvery))
 }
 
 // State is what a plain GET of a room returns.

@@ -317,8 +317,8 @@ func TestRoom_PruneAlarm(t *testing.T) {
 func alarmOf(t testing.TB, stub *core.Stub[*room.Room]) (time.Time, bool) {
 	t.Helper()
 	var ok bool
-	at, err := core.Call(context.Background(), stub, func(_ context.Context, r *room.Room) (time.Time, error) {
-		at, pending, err := r.NextPrune()
+	at, err := core.Call(context.Background(), stub, func(ctx context.Context, r *room.Room) (time.Time, error) {
+		at, pending, err := r.NextPrune(ctx)
 		ok = pending
 		return at, err
 	})

@@ -27,6 +27,11 @@
 // job is to delete data nobody asks for again. A session expires exactly at
 // its deadline whether or not its alarm has run.
 //
+// The clock is the runtime's, core.State.Now (core.Options.Now), the one
+// alarms are due by; never time.Now. With a shifted Options.Now, deadlines
+// taken from time.Now would be hours off the alarm's clock: the alarm
+// would run at once, find its deadline not yet come, and never run again.
+//
 // # Persistence
 //
 // Data, deadline and alarm live in the object's own database: they survive

@@ -16,7 +16,9 @@ import (
 // its own deadline, so nothing scans a table of links to find the expired
 // ones. Register it with core.Register(rt, "links", session.NewLink).
 //
-// Methods must be called inside a turn of the object (core.Call, core.Do).
+// Methods must be called inside a turn of the object (core.Call, core.Do),
+// with the turn's ctx; elsewhere they fail with core.ErrNotInTurn. The
+// expiry is compared with the runtime's clock (State.Now).
 type Link struct {
 	st  *core.State
 	log *slog.Logger
@@ -28,11 +30,11 @@ const linkSchema = `CREATE TABLE IF NOT EXISTS link(id INTEGER PRIMARY KEY CHECK
 
 // NewLink is the Link constructor with the default options, for
 // core.Register.
-func NewLink(st *core.State) (*Link, error) { return Options{}.NewLink(st) }
+func NewLink(ctx context.Context, st *core.State) (*Link, error) { return Options{}.NewLink(ctx, st) }
 
 // NewLink is the Link constructor with these options, for core.Register.
-func (o Options) NewLink(st *core.State) (*Link, error) {
-	if _, err := st.Storage().Exec(linkSchema); err != nil {
+func (o Options) NewLink(ctx context.Context, st *core.State) (*Link, error) {
+	if _, err := st.Storage().Exec(ctx, linkSchema); err != nil {
 		return nil, err
 	}
 	return &Link{st: st, log: o.logger()}, nil
@@ -46,7 +48,7 @@ func (l *Link) Create(ctx context.Context, target string, expiresAt time.Time) e
 		return errors.New("session: link target is empty")
 	}
 	var one int
-	switch err := l.st.Storage().QueryRow("SELECT 1 FROM link WHERE id = 1").Scan(&one); {
+	switch err := l.st.Storage().QueryRow(ctx, "SELECT 1 FROM link WHERE id = 1").Scan(&one); {
 	case err == nil:
 		return ErrExists
 	case !errors.Is(err, core.ErrNoRows):
@@ -57,13 +59,13 @@ func (l *Link) Create(ctx context.Context, target string, expiresAt time.Time) e
 		ns := expiresAt.UnixNano()
 		exp = &ns
 	}
-	if _, err := l.st.Storage().Exec("INSERT INTO link(id, target, expires_at) VALUES (1, ?, ?)", target, exp); err != nil {
+	if _, err := l.st.Storage().Exec(ctx, "INSERT INTO link(id, target, expires_at) VALUES (1, ?, ?)", target, exp); err != nil {
 		return err
 	}
 	if exp == nil {
 		return nil
 	}
-	return l.st.SetAlarm(expiresAt) // the link's own deadline: no scan (SE2)
+	return l.st.SetAlarm(ctx, expiresAt) // the link's own deadline: no scan (SE2)
 }
 
 // Resolve returns the link's target, ErrNotFound if the link was never
@@ -73,13 +75,13 @@ func (l *Link) Create(ctx context.Context, target string, expiresAt time.Time) e
 func (l *Link) Resolve(ctx context.Context) (string, error) {
 	var target *string
 	var exp *int64
-	err := l.st.Storage().QueryRow("SELECT target, expires_at FROM link WHERE id = 1").Scan(&target, &exp)
+	err := l.st.Storage().QueryRow(ctx, "SELECT target, expires_at FROM link WHERE id = 1").Scan(&target, &exp)
 	switch {
 	case errors.Is(err, core.ErrNoRows):
 		return "", ErrNotFound
 	case err != nil:
 		return "", err
-	case target == nil, exp != nil && time.Now().UnixNano() >= *exp:
+	case target == nil, exp != nil && l.st.Now().UnixNano() >= *exp:
 		return "", ErrExpired
 	}
 	return *target, nil
@@ -89,7 +91,7 @@ func (l *Link) Resolve(ctx context.Context) (string, error) {
 // Resolve reports ErrExpired rather than ErrNotFound. The runtime calls it.
 func (l *Link) Alarm(ctx context.Context, info core.AlarmInfo) error {
 	var exp *int64
-	err := l.st.Storage().QueryRow("SELECT expires_at FROM link WHERE id = 1 AND target IS NOT NULL").Scan(&exp)
+	err := l.st.Storage().QueryRow(ctx, "SELECT expires_at FROM link WHERE id = 1 AND target IS NOT NULL").Scan(&exp)
 	switch {
 	case errors.Is(err, core.ErrNoRows):
 		return nil // no link, or already expired
@@ -99,10 +101,10 @@ func (l *Link) Alarm(ctx context.Context, info core.AlarmInfo) error {
 		return nil // never expires
 	}
 	at := time.Unix(0, *exp)
-	if time.Now().Before(at) {
+	if l.st.Now().Before(at) {
 		return nil // not due: the alarm was set for something else
 	}
-	if _, err := l.st.Storage().Exec("UPDATE link SET target = NULL WHERE id = 1"); err != nil {
+	if _, err := l.st.Storage().Exec(ctx, "UPDATE link SET target = NULL WHERE id = 1"); err != nil {
 		return err
 	}
 	l.log.DebugContext(ctx, "link expired", "event", "link_expired", "do", l.st.Name(), "expires_at", at)

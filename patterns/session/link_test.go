@@ -21,7 +21,14 @@ type links struct {
 
 func openLinks(t testing.TB, dir string, l *logs) *links {
 	t.Helper()
-	rt, err := core.Open(core.Options{Dir: dir, Synchronous: "NORMAL"})
+	return openLinksWith(t, core.Options{Dir: dir}, l)
+}
+
+// openLinksWith is openLinks with the runtime's options.
+func openLinksWith(t testing.TB, opts core.Options, l *logs) *links {
+	t.Helper()
+	opts.Synchronous = "NORMAL"
+	rt, err := core.Open(opts)
 	require.NoError(t, err)
 	ns, err := core.Register(rt, "links", session.Options{Logger: l.logger()}.NewLink)
 	require.NoError(t, err)
@@ -163,6 +170,33 @@ func TestLink_SurvivesRestart(t *testing.T) {
 		for _, id := range ids {
 			require.Equal(t, 0, countOnDisk(t, dir, "links", id, "SELECT count(*) FROM link WHERE target IS NOT NULL"), "the target is erased")
 		}
+	})
+}
+
+// A link's expiry is a time on the runtime's clock (Options.Now), which
+// its alarm is due by: with that clock 3 h ahead of time.Now, a link made
+// to expire in an hour by it resolves until then, and expires then.
+func TestLink_ShiftedClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const shift = 3 * time.Hour
+		now := func() time.Time { return time.Now().Add(shift) }
+		k := openLinksWith(t, core.Options{Now: now}, &logs{})
+		defer k.rt.Close()
+		t0 := time.Now()
+		require.NoError(t, k.create(t, "abc", "https://example.com/a", now().Add(time.Hour)))
+
+		time.Sleep(time.Hour - time.Millisecond)
+		synctest.Wait()
+		_, err := k.resolve(t, "abc")
+		require.NoError(t, err, "1 ms before the expiry")
+
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		_, err = k.resolve(t, "abc")
+		require.ErrorIs(t, err, session.ErrExpired, "at the expiry")
+		fired := k.logs.events(t, "link_expired")
+		require.Len(t, fired, 1, "the alarm ran and erased the target")
+		require.Equal(t, time.Hour, fired[0].Time.Sub(t0))
 	})
 }
 

@@ -39,7 +39,9 @@ func (o Options) logger() *slog.Logger {
 // deadline comes. Register it with core.Register(rt, "sessions",
 // session.New), one object per session id.
 //
-// Methods must be called inside a turn of the object (core.Call, core.Do).
+// Methods must be called inside a turn of the object (core.Call, core.Do),
+// with the turn's ctx; elsewhere they fail with core.ErrNotInTurn. The time
+// is the runtime's clock (State.Now, which is core.Options.Now).
 type Session struct {
 	st  *core.State
 	ttl time.Duration
@@ -51,13 +53,13 @@ CREATE TABLE IF NOT EXISTS session_deadline(id INTEGER PRIMARY KEY CHECK (id = 1
 
 // New is the Session constructor with the default options, for
 // core.Register.
-func New(st *core.State) (*Session, error) { return Options{}.New(st) }
+func New(ctx context.Context, st *core.State) (*Session, error) { return Options{}.New(ctx, st) }
 
 // New is the Session constructor with these options, for core.Register.
-func (o Options) New(st *core.State) (*Session, error) {
+func (o Options) New(ctx context.Context, st *core.State) (*Session, error) {
 	// Tables only. The constructor runs on every activation, so arming the
 	// alarm here would postpone a pending expiry each time (A16).
-	if _, err := st.Storage().Exec(sessionSchema); err != nil {
+	if _, err := st.Storage().Exec(ctx, sessionSchema); err != nil {
 		return nil, err
 	}
 	ttl := o.TTL
@@ -67,34 +69,34 @@ func (o Options) New(st *core.State) (*Session, error) {
 	return &Session{st: st, ttl: ttl, log: o.logger()}, nil
 }
 
-// Touch extends the session to now + TTL and returns the new deadline. It
-// starts an empty session if there is none. Each Touch writes two rows: the
-// deadline and the alarm.
+// Touch extends the session to now + TTL, by the runtime's clock
+// (State.Now), and returns the new deadline. It starts an empty session if
+// there is none. Each Touch writes two rows: the deadline and the alarm.
 func (s *Session) Touch(ctx context.Context) (time.Time, error) {
-	now := time.Now()
-	if err := s.expireIfDue(now); err != nil {
+	now := s.st.Now()
+	if err := s.expireIfDue(ctx, now); err != nil {
 		return time.Time{}, err
 	}
-	return s.extend(now)
+	return s.extend(ctx, now)
 }
 
 // extend moves the deadline to now + TTL and re-arms the alarm for it.
 // Re-arming on every touch is the point of a TTL; a debounced flush must
 // not do it (see package counter).
-func (s *Session) extend(now time.Time) (time.Time, error) {
+func (s *Session) extend(ctx context.Context, now time.Time) (time.Time, error) {
 	at := now.Add(s.ttl)
-	_, err := s.st.Storage().Exec(`INSERT INTO session_deadline(id, at) VALUES (1, ?)
+	_, err := s.st.Storage().Exec(ctx, `INSERT INTO session_deadline(id, at) VALUES (1, ?)
 ON CONFLICT(id) DO UPDATE SET at = excluded.at`, at.UnixNano())
 	if err != nil {
 		return time.Time{}, err
 	}
-	return at, s.st.SetAlarm(at)
+	return at, s.st.SetAlarm(ctx, at)
 }
 
 // Get returns the value stored under key, or ErrNotFound. It does not
 // extend the session.
 func (s *Session) Get(ctx context.Context, key string) ([]byte, error) {
-	live, err := s.live(time.Now())
+	live, err := s.live(ctx, s.st.Now())
 	if err != nil {
 		return nil, err
 	}
@@ -102,7 +104,7 @@ func (s *Session) Get(ctx context.Context, key string) ([]byte, error) {
 		return nil, ErrNotFound
 	}
 	var v []byte
-	err = s.st.Storage().QueryRow("SELECT value FROM session_data WHERE key = ?", key).Scan(&v)
+	err = s.st.Storage().QueryRow(ctx, "SELECT value FROM session_data WHERE key = ?", key).Scan(&v)
 	if errors.Is(err, core.ErrNoRows) {
 		return nil, ErrNotFound
 	}
@@ -112,43 +114,43 @@ func (s *Session) Get(ctx context.Context, key string) ([]byte, error) {
 // Set stores value under key and extends the session as Touch does, so that
 // no data is ever stored without a deadline.
 func (s *Session) Set(ctx context.Context, key string, value []byte) error {
-	now := time.Now()
-	if err := s.expireIfDue(now); err != nil {
+	now := s.st.Now()
+	if err := s.expireIfDue(ctx, now); err != nil {
 		return err
 	}
 	if value == nil {
 		value = []byte{}
 	}
-	_, err := s.st.Storage().Exec(`INSERT INTO session_data(key, value) VALUES (?, ?)
+	_, err := s.st.Storage().Exec(ctx, `INSERT INTO session_data(key, value) VALUES (?, ?)
 ON CONFLICT(key) DO UPDATE SET value = excluded.value`, key, value)
 	if err != nil {
 		return err
 	}
-	_, err = s.extend(now)
+	_, err = s.extend(ctx, now)
 	return err
 }
 
 // Delete removes the value under key, if any. It does not extend the
 // session.
 func (s *Session) Delete(ctx context.Context, key string) error {
-	_, err := s.st.Storage().Exec("DELETE FROM session_data WHERE key = ?", key)
+	_, err := s.st.Storage().Exec(ctx, "DELETE FROM session_data WHERE key = ?", key)
 	return err
 }
 
 // End deletes the session now (a logout): its data, its deadline and its
 // alarm.
 func (s *Session) End(ctx context.Context) error {
-	if err := s.clear(); err != nil {
+	if err := s.clear(ctx); err != nil {
 		return err
 	}
-	return s.st.DeleteAlarm()
+	return s.st.DeleteAlarm(ctx)
 }
 
 // Deadline returns when the session expires, and false if there is no live
 // session.
 func (s *Session) Deadline(ctx context.Context) (time.Time, bool, error) {
-	at, ok, err := s.deadline()
-	if err != nil || !ok || !time.Now().Before(at) {
+	at, ok, err := s.deadline(ctx)
+	if err != nil || !ok || !s.st.Now().Before(at) {
 		return time.Time{}, false, err
 	}
 	return at, true, nil
@@ -157,14 +159,14 @@ func (s *Session) Deadline(ctx context.Context) (time.Time, bool, error) {
 // Alarm deletes the session's data once its deadline has come. The runtime
 // calls it; the object's one alarm always points at the deadline.
 func (s *Session) Alarm(ctx context.Context, info core.AlarmInfo) error {
-	at, ok, err := s.deadline()
+	at, ok, err := s.deadline(ctx)
 	if err != nil || !ok {
 		return err // ended meanwhile: nothing to delete
 	}
-	if time.Now().Before(at) {
+	if s.st.Now().Before(at) {
 		return nil // not due (a Touch re-armed the alarm for the new deadline)
 	}
-	if err := s.clear(); err != nil {
+	if err := s.clear(ctx); err != nil {
 		return err
 	}
 	s.log.DebugContext(ctx, "session expired", "event", "session_expired", "do", s.st.Name(), "deadline", at)
@@ -172,9 +174,9 @@ func (s *Session) Alarm(ctx context.Context, info core.AlarmInfo) error {
 }
 
 // deadline returns the stored deadline, and false if there is none.
-func (s *Session) deadline() (time.Time, bool, error) {
+func (s *Session) deadline(ctx context.Context) (time.Time, bool, error) {
 	var at int64
-	err := s.st.Storage().QueryRow("SELECT at FROM session_deadline WHERE id = 1").Scan(&at)
+	err := s.st.Storage().QueryRow(ctx, "SELECT at FROM session_deadline WHERE id = 1").Scan(&at)
 	switch {
 	case errors.Is(err, core.ErrNoRows):
 		return time.Time{}, false, nil
@@ -188,25 +190,25 @@ func (s *Session) deadline() (time.Time, bool, error) {
 // the truth, not the alarm: an alarm may run late (the runtime was down, a
 // retry, SEMANTICS A12), and a session past its deadline is gone even if
 // its alarm has not run yet.
-func (s *Session) live(now time.Time) (bool, error) {
-	at, ok, err := s.deadline()
+func (s *Session) live(ctx context.Context, now time.Time) (bool, error) {
+	at, ok, err := s.deadline(ctx)
 	return ok && now.Before(at), err
 }
 
 // expireIfDue deletes the data of a session whose deadline has passed but
 // whose alarm has not run yet, so that a Touch or Set never brings it back.
-func (s *Session) expireIfDue(now time.Time) error {
-	at, ok, err := s.deadline()
+func (s *Session) expireIfDue(ctx context.Context, now time.Time) error {
+	at, ok, err := s.deadline(ctx)
 	if err != nil || !ok || now.Before(at) {
 		return err
 	}
-	return s.clear()
+	return s.clear(ctx)
 }
 
 // clear deletes the session's data and deadline. It empties the tables
 // rather than calling Storage.DeleteAll, which would drop them (and the
 // resident object's next Set would fail).
-func (s *Session) clear() error {
-	_, err := s.st.Storage().Exec("DELETE FROM session_data; DELETE FROM session_deadline")
+func (s *Session) clear(ctx context.Context) error {
+	_, err := s.st.Storage().Exec(ctx, "DELETE FROM session_data; DELETE FROM session_deadline")
 	return err
 }

@@ -76,7 +76,14 @@ type sessions struct {
 // registers sessions with opts; logs go to l.
 func openSessions(t testing.TB, dir string, opts session.Options, l *logs) *sessions {
 	t.Helper()
-	rt, err := core.Open(core.Options{Dir: dir, Synchronous: "NORMAL"})
+	return openSessionsWith(t, core.Options{Dir: dir}, opts, l)
+}
+
+// openSessionsWith is openSessions with the runtime's options.
+func openSessionsWith(t testing.TB, copts core.Options, opts session.Options, l *logs) *sessions {
+	t.Helper()
+	copts.Synchronous = "NORMAL"
+	rt, err := core.Open(copts)
 	require.NoError(t, err)
 	opts.Logger = l.logger()
 	ns, err := core.Register(rt, "sessions", opts.New)
@@ -221,6 +228,41 @@ func TestSession_ExpiredDataDoesNotComeBack(t *testing.T) {
 	})
 }
 
+// The session keeps time by the runtime's clock (Options.Now), the clock
+// its alarm is due by, never by time.Now. With that clock 3 h ahead of
+// time.Now, a session still ends TTL after its Set by that clock: its
+// deadline is now + TTL on it, the alarm waits for the deadline, and at the
+// deadline the alarm runs and deletes the data.
+func TestSession_ShiftedClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const shift = 3 * time.Hour
+		now := func() time.Time { return time.Now().Add(shift) }
+		s := openSessionsWith(t, core.Options{Now: now}, session.Options{}, &logs{})
+		defer s.rt.Close()
+		t0 := time.Now()
+		s.set(t, "sid", "user", "ada")
+		at, ok := s.deadline(t, "sid")
+		require.True(t, ok)
+		require.Equal(t, t0.Add(shift+session.DefaultTTL), at, "now + TTL, by the runtime's clock")
+
+		time.Sleep(session.DefaultTTL - time.Millisecond)
+		synctest.Wait()
+		require.EqualValues(t, 1, s.rt.Stats().Alarms, "the alarm waits for the deadline")
+		got, err := s.get(t, "sid", "user")
+		require.NoError(t, err, "1 ms before the deadline")
+		require.Equal(t, "ada", got)
+
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		_, err = s.get(t, "sid", "user")
+		require.ErrorIs(t, err, session.ErrNotFound, "at the deadline")
+		fired := s.logs.events(t, "session_expired")
+		require.Len(t, fired, 1, "the alarm ran and deleted the session")
+		require.Equal(t, session.DefaultTTL, fired[0].Time.Sub(t0), "at the deadline")
+		require.EqualValues(t, 0, s.rt.Stats().Alarms)
+	})
+}
+
 // End is a logout: data, deadline and alarm go at once.
 func TestSession_End(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -337,7 +379,7 @@ func TestSession_LateAlarm(t *testing.T) {
 		require.NoError(t, err)
 		defer rt.Close()
 		var sts []*core.State
-		slowNS, err := core.Register(rt, "slow", func(st *core.State) (slow, error) { sts = append(sts, st); return slow{}, nil })
+		slowNS, err := core.Register(rt, "slow", func(_ context.Context, st *core.State) (slow, error) { sts = append(sts, st); return slow{}, nil })
 		require.NoError(t, err)
 		sessNS, err := core.Register(rt, "sessions", session.Options{TTL: 10 * time.Minute, Logger: l.logger()}.New)
 		require.NoError(t, err)
@@ -349,8 +391,8 @@ func TestSession_LateAlarm(t *testing.T) {
 		require.NoError(t, k.create(t, "abc", "https://example.com/a", t0.Add(10*time.Minute)))
 		stub, err := slowNS.Get("slow")
 		require.NoError(t, err)
-		require.NoError(t, core.Do(context.Background(), stub, func(context.Context, slow) error {
-			return sts[0].SetAlarm(t0.Add(5 * time.Minute)) // busy from t0+5m to t0+65m
+		require.NoError(t, core.Do(context.Background(), stub, func(ctx context.Context, _ slow) error {
+			return sts[0].SetAlarm(ctx, t0.Add(5*time.Minute)) // busy from t0+5m to t0+65m
 		}))
 
 		time.Sleep(20 * time.Minute)
