@@ -85,10 +85,10 @@ var maxAlarmTime = time.Unix(0, math.MaxInt64).Add(-365 * 24 * time.Hour)
 // The object must implement Alarmer.
 func (st *State) SetAlarm(ctx context.Context, t time.Time) error {
 	o := st.o
-	if err := o.inTurn(ctx); err != nil {
-		return err
-	}
+	tu, err := o.inTurn(ctx)
 	switch {
+	case err != nil:
+		return err
 	case t.IsZero():
 		return errors.New("core: SetAlarm: zero time")
 	case t.After(maxAlarmTime):
@@ -97,10 +97,12 @@ func (st *State) SetAlarm(ctx context.Context, t time.Time) error {
 		return fmt.Errorf("core: SetAlarm: %s objects do not implement core.Alarmer", o.ns.name)
 	}
 	at := t.UnixNano()
-	if err := o.timerPut(timerRow{at: at, first: at}); err != nil {
+	if err := tu.timerTable(func(h *turn, owner string) error {
+		return h.putTimer(timerRow{owner: owner, at: at, first: at})
+	}); err != nil {
 		return fmt.Errorf("core: SetAlarm: %w", err)
 	}
-	if r := o.alarmRun; r != nil && r.tc == o.cur && r.isAlarm {
+	if r := o.alarmRun; r != nil && r.t == tu && r.isAlarm {
 		r.setDuring = &at
 	}
 	return nil
@@ -108,27 +110,34 @@ func (st *State) SetAlarm(ctx context.Context, t time.Time) error {
 
 // GetAlarm returns the pending alarm's time, and false if none is set.
 // While Alarm runs, the alarm being run is no longer pending (A13).
-func (st *State) GetAlarm(ctx context.Context) (time.Time, bool, error) {
-	if err := st.o.inTurn(ctx); err != nil {
+func (st *State) GetAlarm(ctx context.Context) (at time.Time, ok bool, err error) {
+	t, err := st.o.inTurn(ctx)
+	if err != nil {
 		return time.Time{}, false, err
 	}
-	r, ok, err := st.o.timerGet("")
-	if err != nil || !ok {
-		return time.Time{}, false, err
-	}
-	return time.Unix(0, r.at), true, nil
+	err = t.timerTable(func(h *turn, owner string) error {
+		r, found, err := h.getTimer(owner, "")
+		if found && !r.running {
+			at, ok = time.Unix(0, r.at), true
+		}
+		return err
+	})
+	return at, ok, err
 }
 
 // DeleteAlarm cancels the pending alarm, including a retry waiting to run.
 func (st *State) DeleteAlarm(ctx context.Context) error {
-	if err := st.o.inTurn(ctx); err != nil {
+	t, err := st.o.inTurn(ctx)
+	if err != nil {
 		return err
 	}
-	_, err := st.o.timerDel("")
-	return err
+	return t.timerTable(func(h *turn, owner string) error {
+		_, err := h.delTimers(owner, "", false)
+		return err
+	})
 }
 
-// alarmChange is a change to the object's earliest timer, committed.
+// alarmChange is the object's earliest timer, as committed.
 type alarmChange struct {
 	at  int64 // unix ns
 	del bool  // no timer left
@@ -136,199 +145,165 @@ type alarmChange struct {
 
 // alarmRun is the state of a run of due timers in progress.
 type alarmRun struct {
-	tc        *turnCtx      // the segment running a handler
-	isAlarm   bool          // it runs the Alarm handler
-	setDuring *int64        // SetAlarm called by the Alarm handler (A14)
-	done      chan struct{} // closed when the run is over
+	t         *turn
+	isAlarm   bool   // it runs the Alarm handler now
+	setDuring *int64 // SetAlarm called by the Alarm handler (A14)
+	again     bool   // a fire came while the run was under way
 }
 
 // runTimers delivers the object's due timers (its alarm, its schedule
-// entries), one after the other, each in turn segments of its own with
-// its own retry state, so that a failing one never delays the others.
-func (o *object) runTimers(ctx context.Context) error {
-	for {
-		if err := o.acquire(ctx, true); err != nil {
-			return err
+// entries, its facets' timers), one after the other, each in segments of
+// its own with its own retry state, so that a failing one never delays
+// the others. A run already under way (inside an Await) runs whatever is
+// due when it gets there: one run at a time (A9).
+func (o *object) runTimers(ctx context.Context) (err error) {
+	t := &turn{Context: ctx, o: o}
+	t.parent, _ = ctx.Value(callerKey{}).(*turn)
+	if err := o.acquire(t, true); err != nil {
+		return err
+	}
+	defer func() {
+		if werr := t.end(); err == nil {
+			err = werr
 		}
-		if o.rt.isClosed.Load() {
-			_, _ = o.leave(nil)
-			return ErrClosed
-		}
-		r := o.alarmRun
-		if r == nil {
-			break
-		}
-		// Another run is inside Await: one run at a time (A9).
-		if _, err := o.leave(nil); err != nil {
-			return err
-		}
-		<-r.done
+	}()
+	if o.rt.isClosed.Load() {
+		return ErrClosed
+	}
+	if r := o.alarmRun; r != nil {
+		r.again = true // the run under way looks again when it ends
+		return nil
 	}
 	if !o.built {
-		if err := o.construct(ctx); err != nil {
-			wait, cerr := o.leave(nil)
-			return firstErr(err, wait.wait(), cerr)
+		if err := o.construct(t); err != nil {
+			return err
 		}
 	}
-	run := &alarmRun{done: make(chan struct{})}
+	run := &alarmRun{t: t}
 	o.alarmRun = run
-	var (
-		dropped []DeadLetter
-		errs    []error
-		seen    = map[timerKey]bool{}
-		touched bool
-	)
+	defer func() { o.alarmRun = nil }()
+	var errs []error
+	seen := map[timerKey]bool{}
 	for {
 		var row timerRow
 		var found bool
-		err := o.invoke(ctx, func(context.Context, any) error {
+		err := o.invoke(t, func(context.Context, any) error {
 			var err error
-			row, found, err = o.dueTimer(o.rt.now().UnixNano(), seen)
+			row, found, err = t.dueTimer(o.rt.now().UnixNano(), seen)
 			return err
 		})
-		if err != nil {
+		if err != nil || !found {
 			errs = append(errs, err)
 			break
 		}
-		if !found {
-			break
-		}
-		touched = true
 		seen[timerKey{row.owner, row.key}] = true
-		dl, err := o.deliver(ctx, run, row)
-		if err != nil {
-			errs = append(errs, err)
-		}
-		if dl != nil {
-			dropped = append(dropped, *dl)
-		}
+		errs = append(errs, o.deliver(t, run, row))
 	}
-	o.alarmRun = nil
-	close(run.done)
-	if !touched && len(errs) == 0 {
-		// Nothing was due: the index looked early (or at nothing). Look
-		// again at the earliest timer, if any.
-		_ = o.invoke(ctx, func(context.Context, any) error {
-			next, ok, err := o.nextTimer()
-			if err == nil && ok {
-				o.rt.sched.schedule(o.ns.name, o.id, o.name, next)
-			} else if err == nil {
-				o.rt.sched.committed(o.ns.name, o.id, o.name, &alarmChange{del: true})
-			}
+	if len(seen) == 0 && errs[0] == nil || run.again {
+		// Nothing was due (the index looked early, or at nothing), or a
+		// fire came meanwhile: look again at the earliest timer, if any.
+		errs = append(errs, o.invoke(t, func(context.Context, any) error {
+			_, err := t.db()
+			t.timers = true // the commit tells the scheduler
 			return err
-		})
-	}
-	wait, cerr := o.leave(nil)
-	if cerr = firstErr(wait.wait(), cerr); cerr != nil {
-		return cerr
-	}
-	for _, dl := range dropped {
-		o.rt.opts.OnAlarmDropped(dl)
+		}))
 	}
 	return errors.Join(errs...)
 }
 
 // deliver runs one due timer's handler and records its fate. It returns
 // an error only if that fate could not be recorded.
-func (o *object) deliver(ctx context.Context, run *alarmRun, row timerRow) (*DeadLetter, error) {
+func (o *object) deliver(t *turn, run *alarmRun, row timerRow) error {
 	policy := o.rt.opts.AlarmRetry
-	isAlarm := row.owner == "" && row.key == ""
-	run.isAlarm, run.setDuring = isAlarm, nil
-	var advanced int64 // a recurring timer's next tick, as the run set it
+	run.isAlarm, run.setDuring = row.owner == "" && row.key == "", nil
+	row.running = false
 	now := o.rt.now()
-	herr := o.invoke(ctx, func(ctx context.Context, inst any) error {
-		// The timer is no longer pending while it runs (A13); a recurring
-		// one moves on to its next tick (the missed ones fold into one).
-		if row.cron != "" {
-			next, err := nextTick(row.cron, now)
-			if err != nil {
-				return err
+	info := AlarmInfo{RetryCount: row.retry, IsRetry: row.retry > 0, MaxRetries: policy.MaxRetries, Scheduled: time.Unix(0, row.first)}
+	herr := o.invoke(t, func(ctx context.Context, inst any) error {
+		if row.cron != "" && row.retry == 0 && row.missed == MissedSkip {
+			if late, err := nextTick(row.cron, time.Unix(0, row.at)); err == nil && !late.After(now) {
+				return t.finishTimer(row, now, false) // missed ticks are skipped
 			}
-			advanced = next.UnixNano()
-			if row.retry == 0 && row.missed == MissedSkip {
-				if late, err := nextTick(row.cron, time.Unix(0, row.at)); err == nil && !late.After(now) {
-					return o.putTimer(row.with(next.UnixNano()))
-				}
-			}
-			if err := o.putTimer(row.with(next.UnixNano())); err != nil {
-				return err
-			}
-		} else if _, err := o.delTimer(row.owner, row.key); err != nil {
+		}
+		// The row stays, marked running, until the run's last segment
+		// commits; meanwhile it is not pending (A13).
+		r := row
+		r.running = true
+		if err := t.putTimer(r); err != nil {
 			return err
 		}
-		run.tc = ctx.(*turnCtx)
-		info := AlarmInfo{RetryCount: row.retry, IsRetry: row.retry > 0, MaxRetries: policy.MaxRetries, Scheduled: time.Unix(0, row.first)}
-		if row.owner != "" {
-			return o.deliverFacet(ctx, row, now, info)
-		}
-		hctx, cancel := context.WithTimeout(ctx, o.rt.opts.AlarmTimeout)
-		defer cancel()
 		var err error
-		if isAlarm {
-			if h, ok := inst.(Alarmer); ok {
-				err = h.Alarm(hctx, info)
-			} else {
-				err = fmt.Errorf("core: %s objects do not implement core.Alarmer", o.ns.name)
-			}
+		if row.owner != "" {
+			err = o.deliverFacet(t, row, now, info)
 		} else {
-			err = o.callTimerHandler(hctx, inst, row, info)
+			hctx, cancel := context.WithTimeout(ctx, o.rt.opts.AlarmTimeout)
+			err = callHandler(hctx, o.ns, inst, row, info)
+			if err == nil && hctx.Err() != nil {
+				err = fmt.Errorf("core: timer run took %v, over the limit of %v", o.rt.now().Sub(now).Round(time.Millisecond), o.rt.opts.AlarmTimeout)
+			}
+			cancel()
 		}
-		if err == nil && hctx.Err() != nil {
-			err = fmt.Errorf("core: timer run took %v, over the limit of %v", time.Since(now).Round(time.Millisecond), o.rt.opts.AlarmTimeout)
-		}
-		return err
-	})
-	run.tc = nil
-	if herr == nil {
-		return nil, nil
-	}
-	// The run failed and its writes were rolled back: record what happens
-	// to the timer, as a segment of its own.
-	var dropped *DeadLetter
-	perr := o.invoke(ctx, func(context.Context, any) error {
-		now := o.rt.now()
-		if isAlarm && run.setDuring != nil { // the handler's new alarm stands (A14)
-			return o.putTimer(timerRow{at: *run.setDuring, first: *run.setDuring})
-		}
-		// A timer set while the run was inside Await (by the handler, by
-		// another turn, or by a facet through its root) stands too: only
-		// the timer that ran is retried (A14). Unchanged means the row is
-		// as it ran, or as the run left it (deleted, or at its next tick).
-		cur, ok, err := o.getTimer(row.owner, row.key)
 		if err != nil {
 			return err
 		}
-		if ok && !cur.same(row) && (row.cron == "" || cur.at != advanced) {
-			return nil
+		return t.finishTimer(row, now, true)
+	})
+	if herr == nil {
+		return nil
+	}
+	// The run failed and its last segment was rolled back: record what
+	// happens to the timer, as a segment of its own.
+	return o.invoke(t, func(context.Context, any) error {
+		now := o.rt.now()
+		if run.isAlarm && run.setDuring != nil { // the handler's new alarm stands (A14)
+			return t.putTimer(timerRow{at: *run.setDuring, first: *run.setDuring})
 		}
-		switch {
-		case row.retry < policy.MaxRetries:
+		// A timer set while the run was inside Await (by the handler, by
+		// another turn, or by a facet through its root) stands too, and so
+		// does a deletion: only the timer that ran is retried (A14).
+		cur, ok, err := t.getTimer(row.owner, row.key)
+		if err != nil || !ok || !cur.running && !cur.same(row) {
+			return err
+		}
+		if row.retry < policy.MaxRetries {
 			r := row
 			r.at, r.retry = now.Add(policy.Delay(row.retry+1)).UnixNano(), row.retry+1
-			return o.putTimer(r)
+			return t.putTimer(r)
 		}
 		dl := DeadLetter{
 			Namespace: o.ns.name, Name: o.name, ObjectID: o.id, Path: row.owner, Key: row.key, Kind: row.kind, Payload: row.payload,
 			Scheduled: time.Unix(0, row.first), Attempts: row.retry + 1,
 			LastError: remoteCause(herr).Error(), Dropped: now,
 		}
-		seq, err := o.rt.sched.ix.addDeadLetter(dl)
-		if err != nil {
+		if dl.Seq, err = o.rt.sched.ix.addDeadLetter(dl); err != nil {
 			return err
 		}
-		dl.Seq = seq
-		dropped = &dl
-		if row.cron != "" { // a recurring timer goes on with its next tick
-			next, err := nextTick(row.cron, now)
-			if err != nil {
-				return err
+		t.emit(effect{fn: func(committed bool) {
+			if committed {
+				o.rt.hook("OnAlarmDropped", func() { o.rt.opts.OnAlarmDropped(dl) })
 			}
-			return o.putTimer(row.with(next.UnixNano()))
-		}
-		_, err = o.delTimer(row.owner, row.key)
-		return err
+		}})
+		return t.finishTimer(row, now, cur.running)
 	})
-	return dropped, perr
+}
+
+// finishTimer ends a timer's run: a one-shot timer is removed, a recurring
+// one goes on with its next tick. A timer set anew or deleted during the
+// run is left as it is (A14). marked says the row is marked running.
+func (t *turn) finishTimer(row timerRow, now time.Time, marked bool) error {
+	cur, ok, err := t.getTimer(row.owner, row.key)
+	if err != nil || !ok || cur.running != marked || !marked && !cur.same(row) {
+		return err
+	}
+	if row.cron == "" {
+		_, err := t.delTimers(row.owner, row.key, false)
+		return err
+	}
+	next, err := nextTick(row.cron, now)
+	if err != nil {
+		return err
+	}
+	return t.putTimer(row.with(next.UnixNano()))
 }
 
 // remoteCause unwraps the runtime's wrapping of a user error.

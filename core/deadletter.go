@@ -79,7 +79,7 @@ func (rt *Runtime) DeadLetters() ([]DeadLetter, error) {
 func (rt *Runtime) Rearm(ctx context.Context, seq int64, at time.Time) error {
 	dls, err := rt.DeadLetters()
 	if err != nil {
-		return err
+		return &Error{Op: "rearm", Err: err}
 	}
 	var dl *DeadLetter
 	for i := range dls {
@@ -88,32 +88,39 @@ func (rt *Runtime) Rearm(ctx context.Context, seq int64, at time.Time) error {
 		}
 	}
 	if dl == nil {
-		return fmt.Errorf("core: rearm: no dead letter %d", seq)
+		return &Error{Op: "rearm", Err: fmt.Errorf("core: no dead letter %d", seq)}
 	}
 	rt.mu.RLock()
 	n := rt.namespaces[dl.Namespace]
 	rt.mu.RUnlock()
+	fail := func(err error) error { return &Error{Op: "rearm", Namespace: dl.Namespace, Name: dl.Name, Err: err} }
 	if n == nil {
-		return fmt.Errorf("core: rearm: namespace %q is not registered", dl.Namespace)
+		return fail(fmt.Errorf("core: namespace %q is not registered", dl.Namespace))
 	}
 	if err := rt.enter(); err != nil {
-		return err
+		return fail(err)
 	}
 	defer rt.leave()
-	err = n.with(dl.Name, dl.ObjectID, func(o *object) error {
-		return o.run(ctx, func(context.Context, any) error {
-			row, ok, err := o.getTimer(dl.Path, dl.Key)
-			if err != nil {
-				return err
-			}
-			if !ok {
-				row = timerRow{owner: dl.Path, key: dl.Key, kind: dl.Kind, payload: dl.Payload}
-			}
-			return o.putTimer(row.with(at.UnixNano()))
+	err = viaCaller(ctx, func(ctx context.Context) error {
+		return n.with(dl.Name, dl.ObjectID, placement{}, func(o *object) error {
+			return o.run(ctx, func(ctx context.Context, _ any) error {
+				t := ctx.(*turn)
+				row, ok, err := t.getTimer(dl.Path, dl.Key)
+				if err != nil {
+					return err
+				}
+				if !ok {
+					row = timerRow{owner: dl.Path, key: dl.Key, kind: dl.Kind, payload: dl.Payload}
+				}
+				return t.putTimer(row.with(at.UnixNano()))
+			})
 		})
 	})
-	if err != nil {
-		return &Error{Op: "rearm", Namespace: dl.Namespace, Name: dl.Name, Err: err}
+	if err == nil {
+		err = rt.sched.ix.do(ixOp{kind: ixUndead, seq: seq}, true)
 	}
-	return rt.sched.ix.do(ixOp{kind: ixUndead, seq: seq}, true)
+	if err != nil {
+		return fail(err)
+	}
+	return nil
 }

@@ -58,16 +58,6 @@ type Kind interface {
 func (n *Namespace[T]) kindNS() *namespace { return n.ns }
 func (k *FacetKind[T]) kindNS() *namespace { return k.ns }
 
-// facetInfo places a facet object in its tree.
-type facetInfo struct {
-	root  *namespace // the root object's namespace
-	rname string     // the root object's name
-	rid   string     // the root object's id
-	owner string     // the path below the root: "kind=name/kind=name"
-	leaf  string     // the facet's own name
-	dir   string     // the directory of its database
-}
-
 // RegisterFacet adds a kind of facet hosted by objects of parent (a
 // Namespace or another FacetKind). Register facet kinds before opening
 // objects that use them, at start-up: an alarm due for a facet whose kind
@@ -105,60 +95,44 @@ func (k *FacetKind[T]) Get(st *State, name string) (*Stub[T], error) {
 	if err := validateName(name); err != nil {
 		return nil, err
 	}
-	seg := k.ns.kind + "=" + url.PathEscape(name)
-	fi := &facetInfo{leaf: name}
-	if pf := p.facet; pf != nil {
-		fi.root, fi.rname, fi.rid = pf.root, pf.rname, pf.rid
-		fi.owner = pf.owner + "/" + seg
-		fi.dir = filepath.Join(pf.dir, p.id+".facets")
+	root := p.place.timers
+	if root.ns == nil {
+		root = timerHome{ns: p.ns, name: p.name, id: p.id}
 	} else {
-		fi.root, fi.rname, fi.rid = p.ns, p.name, p.id
-		fi.owner = seg
-		fi.dir = filepath.Join(p.ns.dir, p.id+".facets")
+		root.owner += "/"
 	}
-	if len(fi.owner) > MaxFacetPath {
-		return nil, fmt.Errorf("%w: facet path of %d bytes is over the limit of %d", ErrInvalidName, len(fi.owner), MaxFacetPath)
+	root.owner += k.ns.kind + "=" + url.PathEscape(name)
+	if len(root.owner) > MaxFacetPath {
+		return nil, fmt.Errorf("%w: facet path of %d bytes is over the limit of %d", ErrInvalidName, len(root.owner), MaxFacetPath)
 	}
-	if strings.Count(fi.owner, "/")+1 > MaxFacetDepth {
+	if strings.Count(root.owner, "/")+1 > MaxFacetDepth {
 		return nil, fmt.Errorf("%w: facets nest at most %d deep", ErrInvalidName, MaxFacetDepth)
 	}
-	key := fi.owner + "\x00" + fi.rname
-	return &Stub[T]{ns: k.ns, name: key, id: objectID(k.ns.name, key), facet: fi}, nil
+	key, id, place := facetPlace(k.ns, root, name, p.place.facets)
+	return &Stub[T]{ns: k.ns, name: key, id: id, place: place}, nil
+}
+
+// facetPlace places the facet called name of kind ns, at path root.owner
+// below its root, in the facets directory of its parent.
+func facetPlace(ns *namespace, root timerHome, name, dir string) (key, id string, place placement) {
+	key = root.owner + "\x00" + root.name
+	id = objectID(ns.name, key)
+	return key, id, placement{
+		name:   name,
+		db:     filepath.Join(dir, id+".sqlite"),
+		facets: filepath.Join(dir, id+".facets"),
+		timers: root,
+	}
 }
 
 // FacetPath returns the object's path below its root object, as
 // "kind=name/kind=name", or "" for a top-level object.
-func (st *State) FacetPath() string {
-	if st.o.facet == nil {
-		return ""
-	}
-	return st.o.facet.owner
-}
+func (st *State) FacetPath() string { return st.o.place.timers.owner }
 
-// dbPath is where the object's database lives.
-func (o *object) dbPath() string {
-	if o.facet != nil {
-		return filepath.Join(o.facet.dir, o.id+".sqlite")
-	}
-	return filepath.Join(o.ns.dir, o.id+".sqlite")
-}
-
-// rootDo runs fn as a turn of the facet's root object: the facet's timers
-// live in the root's timers table.
-func (o *object) rootDo(fn func(root *object) error) error {
-	fi := o.facet
-	if o.cur == nil {
-		return ErrNotInTurn
-	}
-	return fi.root.with(fi.rname, fi.rid, func(root *object) error {
-		return root.run(context.Background(), func(context.Context, any) error { return fn(root) })
-	})
-}
-
-// facetObject finds the facet object a timer row's owner names.
+// facetObject finds the facet object a row of o's timers table names.
 func (o *object) facetObject(owner string) (*object, error) {
-	ns := o.ns
-	fi := &facetInfo{root: o.ns, rname: o.name, rid: o.id, dir: filepath.Join(o.ns.dir, o.id+".facets")}
+	ns, dir := o.ns, o.place.facets
+	root := timerHome{ns: o.ns, name: o.name, id: o.id}
 	var fo *object
 	for i, seg := range strings.Split(owner, "/") {
 		kind, esc, ok := strings.Cut(seg, "=")
@@ -173,102 +147,82 @@ func (o *object) facetObject(owner string) (*object, error) {
 			return nil, fmt.Errorf("core: facet kind %q is not registered", ns.name+"."+kind)
 		}
 		if i > 0 {
-			fi.owner += "/"
-			fi.dir = filepath.Join(fi.dir, fo.id+".facets")
+			root.owner += "/"
 		}
-		fi.owner += seg
-		key := fi.owner + "\x00" + fi.rname
-		cp := *fi
-		cp.leaf = name
-		fo = child.objectWith(key, objectID(child.name, key), &cp)
-		ns = child
+		root.owner += seg
+		key, id, place := facetPlace(child, root, name, dir)
+		fo = child.object(key, id, place)
+		ns, dir = child, place.facets
 	}
 	return fo, nil
 }
 
-// deliverFacet runs a due facet timer: the row is taken off (or advanced)
-// in a segment of the root, then the facet's handler runs as a turn of the
-// facet with the root's gate open.
-func (o *object) deliverFacet(ctx context.Context, row timerRow, now time.Time, info AlarmInfo) error {
+// deliverFacet runs a due facet timer's handler as a turn of the facet,
+// with the root's gate open (the root's row, marked running, is committed
+// first, so a crash from here on means the timer runs again).
+func (o *object) deliverFacet(t *turn, row timerRow, now time.Time, info AlarmInfo) error {
 	fo, err := o.facetObject(row.owner)
 	if err != nil {
 		return err
 	}
-	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.rt.opts.AlarmTimeout)
-	defer cancel()
-	return o.await(ctx, func(context.Context) error {
+	return o.await(t, func(ctx context.Context) error {
+		hctx, cancel := context.WithTimeout(ctx, o.rt.opts.AlarmTimeout)
+		defer cancel()
 		for {
 			err := fo.run(hctx, func(ctx context.Context, inst any) error {
-				if row.key == "" {
-					h, ok := inst.(Alarmer)
-					if !ok {
-						return fmt.Errorf("core: facet kind %s does not implement core.Alarmer", fo.ns.name)
-					}
-					return h.Alarm(ctx, info)
-				}
-				return fo.callTimerHandler(ctx, inst, row, info)
+				return callHandler(ctx, fo.ns, inst, row, info)
 			})
 			if err == errEvicted {
-				fo, err = o.facetObject(row.owner)
-				if err != nil {
+				if fo, err = o.facetObject(row.owner); err != nil {
 					return err
 				}
 				continue
 			}
 			if err == nil && hctx.Err() != nil {
-				err = fmt.Errorf("core: facet timer run took %v, over the limit of %v", time.Since(now).Round(time.Millisecond), o.rt.opts.AlarmTimeout)
+				err = fmt.Errorf("core: facet timer run took %v, over the limit of %v", o.rt.now().Sub(now).Round(time.Millisecond), o.rt.opts.AlarmTimeout)
 			}
 			return err
 		}
 	})
 }
 
-// objectWith is object for facets: it records where the facet sits.
-func (ns *namespace) objectWith(name, id string, fi *facetInfo) *object {
-	ns.mu.Lock()
-	defer ns.mu.Unlock()
-	if o, ok := ns.objects[name]; ok {
-		return o
+// deleteFacets is the facets' part of o's DeleteAll: the facets below o
+// leave memory now (it fails if one of them is busy), and their databases
+// are removed once t commits; if t fails they stay.
+func (t *turn) deleteFacets() error {
+	o := t.o
+	root, prefix := o.place.timers, o.place.timers.owner+"/"
+	if root.ns == nil {
+		root, prefix = timerHome{ns: o.ns, name: o.name, id: o.id}, ""
 	}
-	o := newObject(ns, name, id)
-	o.facet = fi
-	ns.objects[name] = o
-	ns.rt.stats.resident.Add(1)
-	return o
-}
-
-// deleteFacets removes the facets below o (their databases, evicting
-// those in memory) as part of o's DeleteAll. It fails if one of them is
-// busy.
-func (o *object) deleteFacets() error {
-	dir := filepath.Join(filepath.Dir(o.dbPath()), o.id+".facets")
-	prefix := ""
-	if o.facet != nil {
-		prefix = o.facet.owner + "/"
-	}
+	var gone []*object
+	var chs []chan struct{}
 	for _, ns := range o.rt.facetKinds() {
 		for _, fo := range ns.snapshot() {
-			fi := fo.facet
-			if fi == nil || fi.rid != o.rootID() || !strings.HasPrefix(fi.owner, prefix) {
+			if h := fo.place.timers; h.ns != root.ns || h.id != root.id || !strings.HasPrefix(h.owner, prefix) {
 				continue
 			}
-			if !fo.tryEvict(false) {
-				return fmt.Errorf("core: delete all: facet %s is busy", fi.owner)
+			if !fo.tryEvict() {
+				for i, g := range gone {
+					g.closeRemoved(chs[i])
+				}
+				return fmt.Errorf("core: delete all: facet %s is busy", fo.place.timers.owner)
 			}
-			fo.closeStore()
+			gone, chs = append(gone, fo), append(chs, fo.detach())
 		}
 	}
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("core: delete all: facets: %w", err)
-	}
+	t.emit(effect{fn: func(committed bool) {
+		for i, g := range gone {
+			g.closeRemoved(chs[i])
+		}
+		if committed {
+			if err := os.RemoveAll(o.place.facets); err != nil {
+				o.rt.log.Error("removing deleted facets failed", "event", "facets_remove_failed",
+					"namespace", o.ns.name, "name", o.name, "error", err)
+			}
+		}
+	}})
 	return nil
-}
-
-func (o *object) rootID() string {
-	if o.facet != nil {
-		return o.facet.rid
-	}
-	return o.id
 }
 
 func (rt *Runtime) facetKinds() []*namespace {

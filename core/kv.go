@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -27,27 +28,22 @@ func checkKey(key string) error {
 }
 
 // Get returns the value stored under key and whether there was one.
-func (s *Storage) Get(ctx context.Context, key string) ([]byte, bool, error) {
-	st, err := s.in(ctx)
+func (s *Storage) Get(ctx context.Context, key string) (v []byte, ok bool, err error) {
+	_, st, err := s.in(ctx)
 	if err != nil {
 		return nil, false, err
 	}
-	st.internal = true
-	defer func() { st.internal = false }()
-	stmt, err := st.ownStmt("SELECT value FROM _durable_kv WHERE key = ?")
+	err = st.queryInternal("SELECT value FROM _durable_kv WHERE key = ?", []any{key}, func(rows *sql.Rows) error {
+		ok = true
+		return rows.Scan(&v)
+	})
 	if err != nil {
 		return nil, false, fmt.Errorf("core: kv get: %w", err)
 	}
-	var v []byte
-	switch err := stmt.QueryRow(key).Scan(&v); {
-	case err == nil:
+	if ok {
 		s.o.reads.Add(1)
-		return v, true, nil
-	case strings.Contains(err.Error(), "no rows"):
-		return nil, false, nil
-	default:
-		return nil, false, fmt.Errorf("core: kv get: %w", err)
 	}
+	return v, ok, nil
 }
 
 // Put stores value under key, replacing any value there.
@@ -58,11 +54,10 @@ func (s *Storage) Put(ctx context.Context, key string, value []byte) error {
 	if len(value) > MaxValueLen {
 		return fmt.Errorf("%w: value of %d bytes (limit %d)", ErrTooLarge, len(value), MaxValueLen)
 	}
-	st, err := s.in(ctx)
+	st, err := s.writer(ctx)
 	if err != nil {
 		return err
 	}
-	s.o.batch.dirty = true
 	if value == nil {
 		value = []byte{}
 	}
@@ -75,11 +70,10 @@ func (s *Storage) Put(ctx context.Context, key string, value []byte) error {
 
 // Delete removes key and reports whether it was there.
 func (s *Storage) Delete(ctx context.Context, key string) (bool, error) {
-	st, err := s.in(ctx)
+	st, err := s.writer(ctx)
 	if err != nil {
 		return false, err
 	}
-	s.o.batch.dirty = true
 	res, err := st.execInternalResult("DELETE FROM _durable_kv WHERE key = ?", key)
 	if err != nil {
 		return false, fmt.Errorf("core: kv delete: %w", err)
@@ -92,34 +86,27 @@ func (s *Storage) Delete(ctx context.Context, key string) (bool, error) {
 // List returns the entries whose keys start with prefix, in key order, at
 // most limit of them (limit <= 0: all).
 func (s *Storage) List(ctx context.Context, prefix string, limit int) ([]Entry, error) {
-	st, err := s.in(ctx)
+	_, st, err := s.in(ctx)
 	if err != nil {
 		return nil, err
 	}
-	st.internal = true
-	defer func() { st.internal = false }()
-	stmt, err := st.ownStmt("SELECT key, value FROM _durable_kv WHERE key >= ? ORDER BY key")
-	if err != nil {
-		return nil, fmt.Errorf("core: kv list: %w", err)
-	}
-	rows, err := stmt.Query(prefix)
-	if err != nil {
-		return nil, fmt.Errorf("core: kv list: %w", err)
-	}
-	defer rows.Close()
 	var out []Entry
-	for rows.Next() && (limit <= 0 || len(out) < limit) {
+	err = st.queryInternal("SELECT key, value FROM _durable_kv WHERE key >= ? ORDER BY key", []any{prefix}, func(rows *sql.Rows) error {
 		var e Entry
 		if err := rows.Scan(&e.Key, &e.Value); err != nil {
-			return nil, fmt.Errorf("core: kv list: %w", err)
+			return err
 		}
-		if !strings.HasPrefix(e.Key, prefix) {
-			break
+		if !strings.HasPrefix(e.Key, prefix) || limit > 0 && len(out) >= limit {
+			return errStopRows
 		}
-		s.o.reads.Add(1)
 		out = append(out, e)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("core: kv list: %w", err)
 	}
-	return out, rows.Err()
+	s.o.reads.Add(int64(len(out)))
+	return out, nil
 }
 
 // GetJSON decodes the JSON value stored under key into a V.

@@ -101,14 +101,14 @@ type Stub[T any] struct {
 	ns    *namespace
 	name  string
 	id    string
-	facet *facetInfo             // set for a facet's stub
+	place placement              // zero for a top-level object
 	obj   atomic.Pointer[object] // the resident object last seen, if any
 }
 
 // Name returns the object's name (a facet's own name for a facet).
 func (s *Stub[T]) Name() string {
-	if s.facet != nil {
-		return s.facet.leaf
+	if s.place.name != "" {
+		return s.place.name
 	}
 	return s.name
 }
@@ -135,13 +135,17 @@ func Call[T, R any](ctx context.Context, s *Stub[T], fn func(ctx context.Context
 		r, err = fn(ctx, inst.(T))
 		return err
 	}
-	var err error
-	if caller := turnOf(ctx); caller != nil {
-		err = caller.await(ctx, func(ctx context.Context) error { return s.call(ctx, run) })
-	} else {
-		err = s.call(ctx, run)
-	}
+	err := viaCaller(ctx, func(ctx context.Context) error { return s.call(ctx, run) })
 	return r, err
+}
+
+// viaCaller runs fn, a wait for another turn: from inside a turn (ctx marks
+// it), with the caller's gate open, as Await does.
+func viaCaller(ctx context.Context, fn func(context.Context) error) error {
+	if t := turnOf(ctx); t != nil {
+		return t.o.await(t, fn)
+	}
+	return fn(ctx)
 }
 
 // Do is Call for functions without a result.
@@ -153,13 +157,13 @@ func Do[T any](ctx context.Context, s *Stub[T], fn func(ctx context.Context, obj
 func (s *Stub[T]) call(ctx context.Context, fn func(context.Context, any) error) error {
 	rt := s.ns.rt
 	if err := rt.enter(); err != nil {
-		return &Error{Op: "call", Namespace: s.ns.name, Name: s.display(), Err: err}
+		return s.err("call", err)
 	}
 	defer rt.leave()
 	for {
 		o := s.obj.Load()
 		if o == nil || o.isEvicted() {
-			o = s.resident()
+			o = s.ns.object(s.name, s.id, s.place)
 			s.obj.Store(o)
 		}
 		err := o.run(ctx, fn)
@@ -167,48 +171,43 @@ func (s *Stub[T]) call(ctx context.Context, fn func(context.Context, any) error)
 			continue // evicted between lookup and queueing: look up again
 		}
 		if err != nil {
-			return &Error{Op: "call", Namespace: s.ns.name, Name: s.display(), Err: err}
+			return s.err("call", err)
 		}
 		return nil
 	}
 }
 
-// display names the object in errors: a facet by its root and path.
-func (s *Stub[T]) display() string {
-	if fi := s.facet; fi != nil {
-		return fi.rname + "/" + fi.owner
+// err names the object in an error: a facet by its root and path.
+func (s *Stub[T]) err(op string, err error) error {
+	name := s.name
+	if h := s.place.timers; h.ns != nil {
+		name = h.name + "/" + h.owner
 	}
-	return s.name
-}
-
-// resident returns the object the stub addresses, creating it if needed.
-func (s *Stub[T]) resident() *object {
-	if s.facet != nil {
-		return s.ns.objectWith(s.name, s.id, s.facet)
-	}
-	return s.ns.object(s.name, s.id)
+	return &Error{Op: op, Namespace: s.ns.name, Name: name, Err: err}
 }
 
 // with runs fn on the resident object for name, looking it up again if it
 // was evicted before fn could queue for it (fn returned errEvicted).
-func (ns *namespace) with(name, id string, fn func(o *object) error) error {
+func (ns *namespace) with(name, id string, place placement, fn func(o *object) error) error {
 	for {
-		if err := fn(ns.object(name, id)); err != errEvicted {
+		if err := fn(ns.object(name, id, place)); err != errEvicted {
 			return err
 		}
 	}
 }
 
 // object returns the resident object for name, creating it if needed.
-func (ns *namespace) object(name, id string) *object {
+func (ns *namespace) object(name, id string, place placement) *object {
 	ns.mu.Lock()
 	defer ns.mu.Unlock()
 	if o, ok := ns.objects[name]; ok {
 		return o
 	}
-	o := newObject(ns, name, id)
+	o := newObject(ns, name, id, place)
 	ns.objects[name] = o
-	ns.rt.stats.resident.Add(1)
+	if ns.rt.stats.resident.Add(1) == 1 {
+		ns.rt.wakeJanitor()
+	}
 	return o
 }
 
@@ -277,35 +276,41 @@ func (ns *namespace) snapshot() []*object {
 // coretest). The run is the same as a scheduled one: retries and dead
 // letters follow if it fails. For a facet, it runs the facet's alarm
 // through the facet's root, as a scheduled run does.
+//
+// Called from inside a turn (with the turn's context), it opens the
+// caller's gate while it waits, as Call does, so an object may trigger its
+// own alarm.
 func (s *Stub[T]) TriggerAlarm(ctx context.Context) (bool, error) {
 	rt := s.ns.rt
 	if err := rt.enter(); err != nil {
-		return false, err
+		return false, s.err("trigger alarm", err)
 	}
 	defer rt.leave()
-	owner := ""
-	rootNS, rootName, rootID := s.ns, s.name, s.id
-	if fi := s.facet; fi != nil {
-		owner, rootNS, rootName, rootID = fi.owner, fi.root, fi.rname, fi.rid
+	h := s.place.timers
+	if h.ns == nil {
+		h = timerHome{ns: s.ns, name: s.name, id: s.id}
 	}
 	var had bool
-	err := rootNS.with(rootName, rootID, func(o *object) error {
-		err := o.run(ctx, func(context.Context, any) error {
-			r, ok, err := o.getTimer(owner, "")
-			if err != nil || !ok {
-				return err
+	err := viaCaller(ctx, func(ctx context.Context) error {
+		return h.ns.with(h.name, h.id, placement{}, func(o *object) error {
+			err := o.run(ctx, func(ctx context.Context, _ any) error {
+				t := ctx.(*turn)
+				r, ok, err := t.getTimer(h.owner, "")
+				if err != nil || !ok {
+					return err
+				}
+				had = true
+				r.at, r.running = min(r.at, rt.now().UnixNano()), false
+				return t.putTimer(r)
+			})
+			if err == nil && had {
+				err = o.runTimers(ctx)
 			}
-			had = true
-			r.at = min(r.at, rt.now().UnixNano())
-			return o.putTimer(r)
+			return err
 		})
-		if err == nil && had {
-			err = o.runTimers(ctx)
-		}
-		return err
 	})
 	if err != nil {
-		return had, &Error{Op: "trigger alarm", Namespace: s.ns.name, Name: s.display(), Err: err}
+		return had, s.err("trigger alarm", err)
 	}
 	return had, nil
 }

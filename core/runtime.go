@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/debug"
+	"strings"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -57,14 +59,18 @@ type Options struct {
 	// AlarmConcurrency bounds the alarms running at once (default 64).
 	AlarmConcurrency int
 
-	// Now is the clock alarms and schedules are due by (default time.Now).
-	// Tests and benchmarks may shift it; timers already waiting notice a
-	// shift within 1 s. Idle eviction always uses time.Now.
+	// Now is the runtime's one clock (default time.Now): alarms and
+	// schedules are due by it, idle eviction measures by it, and objects
+	// read it with State.Now. Tests and benchmarks may shift it. A shift
+	// is noticed by timers already waiting at the next event of the
+	// runtime (a commit that changes a timer, an idle check while objects
+	// are resident), not by a periodic wake-up.
 	Now func() time.Time
 
 	// OnAlarmDropped is called after an alarm that ran out of retries was
 	// written to the dead-letter table. The default logs a structured
-	// record with event=alarm_dropped at level ERROR.
+	// record with event=alarm_dropped at level ERROR. A panic in it is
+	// recovered and logged.
 	OnAlarmDropped func(DeadLetter)
 
 	// WebSocketSendQueue bounds the messages waiting to be written to one
@@ -140,16 +146,20 @@ type Runtime struct {
 	namespaces map[string]*namespace
 	facets     map[string]*namespace // facet kinds by full name ("ns.kind.kind")
 
-	calls sync.WaitGroup // calls in flight, waited for by Close
+	calls sync.WaitGroup // calls in flight, waited for by Shutdown
 
-	stop chan struct{} // closed by Close to stop the janitor
-	done chan struct{} // closed when the janitor has returned
+	base   context.Context // turns, Await, alarm runs and deliveries derive from it
+	cancel context.CancelFunc
+	stop   chan struct{} // closed by Shutdown to stop the janitor
+	done   chan struct{} // closed when the janitor has returned
+	wake   chan struct{} // an object became resident: the janitor has work
 
 	isClosed atomic.Bool
 	stats    runtimeStats
 	clock    atomic.Int64   // coarse time.Now, unix ns, updated by the janitor
 	uses     atomic.Int64   // a sequence stamped on objects as they go idle, for LRU
-	closers  sync.WaitGroup // databases being closed in the background
+	closers  sync.WaitGroup // databases being closed, and other work, in the background
+	closing  sync.Map       // *object -> time.Time: evicted databases being closed
 	sched    *scheduler
 
 	templateOnce  sync.Once
@@ -193,7 +203,9 @@ func Open(opts Options) (*Runtime, error) {
 		facets:     make(map[string]*namespace),
 		stop:       make(chan struct{}),
 		done:       make(chan struct{}),
+		wake:       make(chan struct{}, 1),
 	}
+	rt.base, rt.cancel = context.WithCancel(context.Background())
 	if opts.Dir == "" {
 		d, err := os.MkdirTemp("", "durable-")
 		if err != nil {
@@ -221,7 +233,7 @@ func Open(opts Options) (*Runtime, error) {
 		return nil, fmt.Errorf("core: open: %w", err)
 	}
 	rt.sched = sched
-	rt.clock.Store(time.Now().UnixNano())
+	rt.clock.Store(rt.now().UnixNano())
 	go rt.janitor()
 	return rt, nil
 }
@@ -242,15 +254,22 @@ func (rt *Runtime) Stats() Stats {
 	}
 }
 
-// Shutdown stops the runtime, waiting until ctx is done at the latest.
-func (rt *Runtime) Shutdown(ctx context.Context) error { return rt.Close() }
+// CloseTimeout bounds Close: the time it gives running turns to end.
+const CloseTimeout = 30 * time.Second
 
-// Close stops the runtime. New calls fail with ErrClosed at once; calls
-// still queued for an object fail with ErrClosed when their turn comes.
-// Close waits for the turns already running (including those inside Await)
-// to finish and commit, then closes every database. A private temporary
-// directory is removed.
-func (rt *Runtime) Close() error {
+// Shutdown stops the runtime. New calls fail with ErrClosed at once, and
+// calls still queued for an object fail with ErrClosed when their turn
+// comes. Shutdown cancels the runtime's base context, from which the
+// contexts of turns (as they see it through Done), of Await's functions,
+// of alarm runs and of WebSocket deliveries derive, and waits for what is
+// running to finish and commit. Then it closes every WebSocket (1001) and
+// every database. A private temporary directory is removed.
+//
+// If ctx ends first, Shutdown returns an error that wraps ctx's error and
+// names what it abandoned (turns still running, databases still closing);
+// the runtime stays closed to new work, and what was abandoned keeps its
+// resources.
+func (rt *Runtime) Shutdown(ctx context.Context) error {
 	rt.mu.Lock()
 	if rt.closed {
 		rt.mu.Unlock()
@@ -261,29 +280,93 @@ func (rt *Runtime) Close() error {
 	rt.mu.Unlock()
 
 	close(rt.stop)
+	rt.cancel()
 	<-rt.done
-	var errs []error
-	rt.calls.Wait()
-	rt.closers.Wait()
-	// Fires started before Close hold calls too; stop the scheduler after
-	// them so that their retries are recorded.
-	errs = append(errs, rt.sched.closeLoop())
-	rt.calls.Wait()
+	wait := func(wg *sync.WaitGroup) error {
+		ch := make(chan struct{})
+		go func() { wg.Wait(); close(ch) }()
+		select {
+		case <-ch:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("core: shutdown: %w; abandoned: %s", ctx.Err(), strings.Join(rt.busy(), ", "))
+		}
+	}
+	if err := wait(&rt.calls); err != nil {
+		return err
+	}
+	// Fires started before Shutdown hold calls too; stop the scheduler
+	// after them so that their retries are recorded.
+	errs := []error{rt.sched.closeLoop()}
+	if err := wait(&rt.calls); err != nil {
+		return err
+	}
 	errs = append(errs, rt.ws.close()) // 1001 to every WebSocket client (SEMANTICS R8)
-
 	for _, ns := range rt.snapshotNamespaces() {
 		for _, o := range ns.snapshot() {
-			if o.tryEvict(true) {
-				errs = append(errs, o.closeStore())
+			if o.tryEvict() {
+				o.evict()
 			}
 		}
-		ns.waitClosing()
+	}
+	if err := wait(&rt.closers); err != nil {
+		return err
 	}
 	errs = append(errs, rt.sched.closeIndex())
 	if rt.ownDir {
 		errs = append(errs, os.RemoveAll(rt.dir))
 	}
 	return errors.Join(errs...)
+}
+
+// Close is Shutdown with a bound of CloseTimeout.
+func (rt *Runtime) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), CloseTimeout)
+	defer cancel()
+	return rt.Shutdown(ctx)
+}
+
+// busy names the objects with turns still running or waiting, and the
+// databases still closing.
+func (rt *Runtime) busy() []string {
+	var out []string
+	for _, ns := range rt.snapshotNamespaces() {
+		for _, o := range ns.snapshot() {
+			if d, _ := o.idleSince(time.Time{}); d < 0 {
+				out = append(out, fmt.Sprintf("%s/%q (a turn is running)", ns.name, o.place.name))
+			}
+		}
+	}
+	rt.closing.Range(func(k, v any) bool {
+		o := k.(*object)
+		out = append(out, fmt.Sprintf("%s/%q (its database is closing since %v)", o.ns.name, o.place.name, v.(time.Time).Format(time.RFC3339)))
+		return true
+	})
+	if len(out) == 0 {
+		out = append(out, "calls not yet queued")
+	}
+	sort.Strings(out)
+	return out
+}
+
+// goWork runs fn in the background, owned by the runtime: Shutdown waits
+// for it.
+func (rt *Runtime) goWork(fn func()) {
+	rt.closers.Add(1)
+	go func() {
+		defer rt.closers.Done()
+		fn()
+	}()
+}
+
+// hook calls one of the user's hooks, recovering and logging a panic in it.
+func (rt *Runtime) hook(name string, fn func()) {
+	defer func() {
+		if p := recover(); p != nil {
+			rt.log.Error("a hook panicked", "event", "hook_panic", "hook", name, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+		}
+	}()
+	fn()
 }
 
 // enter registers a call in flight; it fails once the runtime is closed.
@@ -313,8 +396,9 @@ func (rt *Runtime) snapshotNamespaces() []*namespace {
 	return out
 }
 
-// janitor evicts idle objects and keeps the coarse clock. It is owned by
-// the runtime: Close stops it and waits for it.
+// janitor evicts idle objects and keeps the coarse clock. It ticks only
+// while objects are resident. It is owned by the runtime: Shutdown stops
+// it and waits for it.
 func (rt *Runtime) janitor() {
 	defer close(rt.done)
 	every := rt.opts.IdleTimeout / 4
@@ -322,26 +406,46 @@ func (rt *Runtime) janitor() {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
+		if rt.stats.resident.Load() == 0 {
+			t.Stop()
+			select {
+			case <-rt.stop:
+				return
+			case <-rt.wake:
+			}
+			t.Reset(every)
+		}
 		select {
 		case <-rt.stop:
 			return
-		case now := <-t.C:
+		case <-t.C:
+			now := rt.now()
 			rt.clock.Store(now.UnixNano())
+			rt.sched.poke() // the clock may have moved
 			rt.evictIdle(now)
 		}
 	}
 }
 
-// coarseNow is time.Now to within the janitor's tick (at most 1 s), at
-// the cost of an atomic load: the turn gate stamps every release with it.
+// wakeJanitor tells the janitor an object became resident.
+func (rt *Runtime) wakeJanitor() {
+	select {
+	case rt.wake <- struct{}{}:
+	default:
+	}
+}
+
+// coarseNow is the runtime's clock to within the janitor's tick (at most
+// 1 s), at the cost of an atomic load: the gate stamps every release with
+// it.
 func (rt *Runtime) coarseNow() time.Time { return time.Unix(0, rt.clock.Load()) }
 
 // evictIdle evicts every object idle for IdleTimeout.
 func (rt *Runtime) evictIdle(now time.Time) {
 	for _, ns := range rt.snapshotNamespaces() {
 		for _, o := range ns.snapshot() {
-			if o.idleSince(now) >= rt.opts.IdleTimeout && o.tryEvict(false) {
-				o.closeStore()
+			if d, _ := o.idleSince(now); d >= rt.opts.IdleTimeout && o.tryEvict() {
+				o.evict()
 			}
 		}
 	}
@@ -362,7 +466,7 @@ func (rt *Runtime) shed() {
 	for _, ns := range rt.snapshotNamespaces() {
 		for _, o := range ns.snapshot() {
 			if o.hasStore.Load() {
-				if use := o.recency(); use >= 0 {
+				if _, use := o.idleSince(time.Time{}); use >= 0 {
 					cands = append(cands, cand{o, use})
 				}
 			}
@@ -373,22 +477,12 @@ func (rt *Runtime) shed() {
 		if over <= 0 {
 			return
 		}
-		if c.o.tryEvict(false) {
-			// Closing checkpoints the database: do it off the caller's
-			// turn. An activation of the same object waits for it.
-			ch := c.o.detach()
-			rt.closers.Add(1)
-			go func() {
-				defer rt.closers.Done()
-				c.o.closeRemoved(ch)
-			}()
+		if c.o.tryEvict() {
+			c.o.evict()
 			over--
 		}
 	}
 }
 
-// now is the alarm clock.
+// now is the runtime's clock.
 func (rt *Runtime) now() time.Time { return rt.opts.Now() }
-
-// background returns a context for runtime-internal work.
-func (rt *Runtime) background() context.Context { return context.Background() }

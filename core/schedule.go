@@ -6,8 +6,6 @@ import (
 	"time"
 )
 
-type contextT = context.Context
-
 // The schedule: many timers over the object's one alarm.
 //
 // An object that implements TimerHandler can keep any number of named
@@ -48,79 +46,91 @@ type TimerHandler interface {
 	OnTimer(ctx context.Context, t Timer, info AlarmInfo) error
 }
 
-func (st *State) checkTimerKey(ctx context.Context, key string) error {
-	if err := st.o.inTurn(ctx); err != nil {
-		return err
-	}
+func (st *State) checkTimerKey(ctx context.Context, key string) (*turn, error) {
+	t, err := st.o.inTurn(ctx)
 	switch {
+	case err != nil:
+		return nil, err
 	case key == "":
-		return fmt.Errorf("core: schedule: empty key")
+		return nil, fmt.Errorf("core: schedule: empty key")
 	case len(key) > MaxKeyLen:
-		return fmt.Errorf("%w: schedule key of %d bytes (limit %d)", ErrTooLarge, len(key), MaxKeyLen)
+		return nil, fmt.Errorf("%w: schedule key of %d bytes (limit %d)", ErrTooLarge, len(key), MaxKeyLen)
 	case !st.o.ns.timers:
-		return fmt.Errorf("core: schedule: %s objects do not implement core.TimerHandler", st.o.ns.name)
+		return nil, fmt.Errorf("core: schedule: %s objects do not implement core.TimerHandler", st.o.ns.name)
 	}
-	return nil
+	return t, nil
+}
+
+func (t *turn) putEntry(r timerRow) error {
+	return t.timerTable(func(h *turn, owner string) error {
+		r.owner = owner
+		return h.putTimer(r)
+	})
 }
 
 // ScheduleAt sets the one-shot timer key to fire at t, replacing any timer
 // of that key. It is part of the turn.
 func (st *State) ScheduleAt(ctx context.Context, key string, t time.Time, kind string, payload []byte) error {
-	if err := st.checkTimerKey(ctx, key); err != nil {
+	tu, err := st.checkTimerKey(ctx, key)
+	if err != nil {
 		return err
 	}
 	if t.IsZero() || t.After(maxAlarmTime) {
 		return fmt.Errorf("core: schedule %q: time %v out of range", key, t)
 	}
 	at := t.UnixNano()
-	return st.o.timerPut(timerRow{key: key, at: at, first: at, kind: kind, payload: payload})
+	return tu.putEntry(timerRow{key: key, at: at, first: at, kind: kind, payload: payload})
 }
 
 // ScheduleAfter sets the one-shot timer key to fire after d.
 func (st *State) ScheduleAfter(ctx context.Context, key string, d time.Duration, kind string, payload []byte) error {
-	return st.ScheduleAt(ctx, key, st.o.rt.now().Add(d), kind, payload)
+	return st.ScheduleAt(ctx, key, st.Now().Add(d), kind, payload)
 }
 
 // ScheduleCron sets the recurring timer key to fire at each tick of spec, a
 // standard five-field cron expression ("*/5 * * * *") or a descriptor such
 // as "@hourly" or "@every 10s", in local time.
 func (st *State) ScheduleCron(ctx context.Context, key, spec, kind string, payload []byte, missed Missed) error {
-	if err := st.checkTimerKey(ctx, key); err != nil {
+	tu, err := st.checkTimerKey(ctx, key)
+	if err != nil {
 		return err
 	}
-	next, err := nextTick(spec, st.o.rt.now())
+	next, err := nextTick(spec, st.Now())
 	if err != nil {
 		return err
 	}
 	at := next.UnixNano()
-	return st.o.timerPut(timerRow{key: key, at: at, first: at, kind: kind, payload: payload, cron: spec, missed: missed})
+	return tu.putEntry(timerRow{key: key, at: at, first: at, kind: kind, payload: payload, cron: spec, missed: missed})
 }
 
 // CancelSchedule removes the timer key (a pending retry included) and
 // reports whether there was one.
-func (st *State) CancelSchedule(ctx context.Context, key string) (bool, error) {
-	if err := st.o.inTurn(ctx); err != nil {
+func (st *State) CancelSchedule(ctx context.Context, key string) (ok bool, err error) {
+	t, err := st.o.inTurn(ctx)
+	if err != nil {
 		return false, err
 	}
 	if key == "" {
 		return false, fmt.Errorf("core: schedule: empty key")
 	}
-	return st.o.timerDel(key)
+	err = t.timerTable(func(h *turn, owner string) error {
+		ok, err = h.delTimers(owner, key, false)
+		return err
+	})
+	return ok, err
 }
 
 // Schedules lists the object's schedule, soonest first. The alarm is not
-// in it (see GetAlarm).
-func (st *State) Schedules(ctx context.Context) ([]Timer, error) {
-	if err := st.o.inTurn(ctx); err != nil {
-		return nil, err
-	}
-	rows, err := st.o.queryTimers("SELECT " + timerCols + " FROM _durable_timers WHERE owner = '' AND key <> '' ORDER BY at, key")
+// in it (see GetAlarm), nor an entry while it runs, unless it is
+// recurring: that one is listed at its next tick.
+func (st *State) Schedules(ctx context.Context) (out []Timer, err error) {
+	t, err := st.o.inTurn(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Timer, len(rows))
-	for i, r := range rows {
-		out[i] = Timer{Key: r.key, Kind: r.kind, Payload: r.payload, At: time.Unix(0, r.at), Cron: r.cron, Missed: r.missed}
-	}
-	return out, nil
+	err = t.timerTable(func(h *turn, owner string) error {
+		out, err = h.listTimers(owner)
+		return err
+	})
+	return out, err
 }

@@ -146,7 +146,7 @@ func (s *scheduler) ensureIndexed(ns, id, name string, at int64) error {
 }
 
 // committed applies an object's committed alarm change.
-func (s *scheduler) committed(ns, id, name string, c *alarmChange) {
+func (s *scheduler) committed(ns, id, name string, c alarmChange) {
 	if c.del {
 		s.mu.Lock()
 		e := s.byKey[alarmKey{ns, id}]
@@ -294,7 +294,7 @@ func (s *scheduler) fire(ns, id, name string) {
 		return
 	}
 	s.mu.Unlock()
-	err := n.with(name, id, func(o *object) error { return o.runTimers(context.Background()) })
+	err := n.with(name, id, placement{}, func(o *object) error { return o.runTimers(rt.base) })
 	s.mu.Lock()
 	e := s.byKey[alarmKey{ns, id}]
 	if e != nil {

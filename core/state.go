@@ -15,12 +15,7 @@ type State struct {
 
 // Name returns the object's name (available in every turn, alarms
 // included). For a facet it is the facet's own name; see FacetPath.
-func (st *State) Name() string {
-	if fi := st.o.facet; fi != nil {
-		return fi.leaf
-	}
-	return st.o.name
-}
+func (st *State) Name() string { return st.o.place.name }
 
 // ID returns the object's id, the hex of a hash of namespace and name.
 func (st *State) ID() string { return st.o.id }
@@ -43,13 +38,20 @@ func (st *State) Storage() *Storage { return &st.storage }
 //
 // This is where interleaving happens: a value read before Await may be
 // stale after it (SEMANTICS C2). If the turn fails after Await, only the
-// part after Await is rolled back.
+// part after Await is rolled back. fn's context is not the turn's: storage
+// and WebSocket output used with it fail with ErrNotInTurn (the gate is
+// open, other turns run); pass it to calls to other objects, and use the
+// turn's context again after Await returns.
 func (st *State) Await(ctx context.Context, fn func(ctx context.Context) error) error {
-	return st.o.await(ctx, fn)
+	t, err := st.o.inTurn(ctx)
+	if err != nil {
+		return err
+	}
+	return st.o.await(t, fn)
 }
 
 // Sleep waits for d with the input gate open, like Await. It returns early
-// with ctx's error if ctx is done.
+// with ctx's error if ctx is done (Runtime.Shutdown ends it too).
 func (st *State) Sleep(ctx context.Context, d time.Duration) error {
 	return st.Await(ctx, func(ctx context.Context) error {
 		t := time.NewTimer(d)

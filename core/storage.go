@@ -3,7 +3,6 @@ package core
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"strings"
 )
@@ -41,59 +40,24 @@ func (s *Storage) Stats() StorageStats {
 	return StorageStats{RowsRead: s.o.reads.Load(), RowsWritten: s.o.writes.Load()}
 }
 
-// in returns the open database with the turn's savepoint in place, if
-// ctx marks the object's running turn.
-func (s *Storage) in(ctx context.Context) (*store, error) {
-	if err := s.o.inTurn(ctx); err != nil {
-		return nil, err
+// in returns t's database with its savepoint in place, if ctx marks a
+// running turn of the object.
+func (s *Storage) in(ctx context.Context) (*turn, *store, error) {
+	t, err := s.o.inTurn(ctx)
+	if err != nil {
+		return nil, nil, err
 	}
-	return s.begin()
+	st, err := t.db()
+	return t, st, err
 }
 
-// begin returns the open database with the turn's savepoint in place,
-// opening the database and the group-commit batch as needed.
-func (s *Storage) begin() (*store, error) {
-	o := s.o
-	if o.cur == nil {
-		return nil, ErrNotInTurn
+// writer is in for statements that change something.
+func (s *Storage) writer(ctx context.Context) (*store, error) {
+	t, err := s.o.inTurn(ctx)
+	if err != nil {
+		return nil, err
 	}
-	if o.store == nil {
-		o.ns.waitClosed(o.id)
-		st, err := openStore(o.dbPath(), o.rt.opts.Synchronous, o.rt.template)
-		if err != nil {
-			return nil, fmt.Errorf("core: open database: %w", err)
-		}
-		o.store = st
-		o.hasStore.Store(true)
-		o.rt.stats.openDBs.Add(1)
-		o.rt.shed()
-	}
-	st := o.store
-	if o.batch == nil {
-		if err := st.execInternal("BEGIN"); err != nil {
-			return nil, o.poison(err)
-		}
-		o.batch = &batch{done: make(chan struct{})}
-		o.spOpen, o.spIsTx = true, true
-		if st.fresh {
-			err := st.execInternal(runtimeSchema)
-			if err == nil {
-				err = st.execInternal(`INSERT OR IGNORE INTO _durable_meta(k, v) VALUES ('namespace', ?), ('name', ?)`, o.ns.name, o.name)
-			}
-			if err != nil {
-				return nil, o.poison(err)
-			}
-			st.fresh = false
-			o.batch.dirty, o.batch.initMeta = true, true
-		}
-	}
-	if !o.spOpen {
-		if err := st.execInternal("SAVEPOINT turn"); err != nil {
-			return nil, o.poison(err)
-		}
-		o.spOpen = true
-	}
-	return st, nil
+	return t.write()
 }
 
 // sqlErr gives a failed user statement a clear error.
@@ -117,11 +81,10 @@ func short(q string) string {
 // Exec runs statements that return no rows. query may hold several
 // statements separated by semicolons (a schema, say).
 func (s *Storage) Exec(ctx context.Context, query string, args ...any) (Result, error) {
-	st, err := s.in(ctx)
+	st, err := s.writer(ctx)
 	if err != nil {
 		return Result{}, err
 	}
-	s.o.batch.dirty = true
 	stmt, err := st.stmt(query)
 	if err != nil {
 		return Result{}, s.sqlErr(st, query, err)
@@ -140,10 +103,11 @@ func (s *Storage) Exec(ctx context.Context, query string, args ...any) (Result, 
 	return r, nil
 }
 
-// Query runs a statement that returns rows. Close the rows before the turn
-// ends (the runtime closes any left open).
+// Query runs a statement that returns rows. The rows belong to the turn's
+// segment: close them when done; those left open are closed when the
+// segment ends (at an Await or the end of the turn).
 func (s *Storage) Query(ctx context.Context, query string, args ...any) (*Rows, error) {
-	st, err := s.in(ctx)
+	t, st, err := s.in(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -160,7 +124,9 @@ func (s *Storage) Query(ctx context.Context, query string, args ...any) (*Rows, 
 	if err != nil {
 		return nil, s.sqlErr(st, query, err)
 	}
-	return &Rows{rows: rows, o: s.o}, nil
+	r := &Rows{rows: rows, o: s.o}
+	t.rows = append(t.rows, r)
+	return r, nil
 }
 
 // QueryRow runs a statement expected to return at most one row. Errors are
@@ -175,24 +141,23 @@ func (s *Storage) QueryRow(ctx context.Context, query string, args ...any) *Row 
 // Transaction returns) or panics (which Transaction re-panics). Transactions
 // nest.
 func (s *Storage) Transaction(ctx context.Context, fn func() error) (err error) {
-	st, err := s.in(ctx)
+	t, st, err := s.in(ctx)
 	if err != nil {
 		return err
 	}
-	o := s.o
-	o.txDepth++
-	name := fmt.Sprintf("tx%d", o.txDepth)
+	t.depth++
+	name := fmt.Sprintf("tx%d", t.depth)
 	if err := st.execInternal("SAVEPOINT " + name); err != nil {
-		o.txDepth--
-		return o.poison(err)
+		t.depth--
+		return s.o.poison(err)
 	}
 	ok := false
 	defer func() {
-		if ok {
+		if ok || !t.live.Load() {
 			return
 		}
 		// A panic or an error: undo fn's writes, keep the turn going.
-		o.txDepth--
+		t.depth--
 		if rerr := st.execInternal("ROLLBACK TO " + name); rerr == nil {
 			_ = st.execInternal("RELEASE " + name)
 		}
@@ -201,9 +166,9 @@ func (s *Storage) Transaction(ctx context.Context, fn func() error) (err error) 
 		return err
 	}
 	ok = true
-	o.txDepth--
+	t.depth--
 	if err := st.execInternal("RELEASE " + name); err != nil {
-		return o.poison(err)
+		return s.o.poison(err)
 	}
 	return nil
 }
@@ -218,72 +183,69 @@ func (s *Storage) DeleteAll(ctx context.Context) error { return s.deleteAll(ctx,
 func (s *Storage) DeleteAllKeepAlarm(ctx context.Context) error { return s.deleteAll(ctx, true) }
 
 func (s *Storage) deleteAll(ctx context.Context, keepAlarm bool) error {
-	st, err := s.in(ctx)
+	t, err := s.o.inTurn(ctx)
 	if err != nil {
 		return err
 	}
-	s.o.batch.dirty = true
-	rows, err := st.conn.QueryContext(s.o.rt.background(),
-		`SELECT type, name FROM sqlite_schema WHERE name NOT LIKE 'sqlite_%' AND name <> '_durable_meta' AND type IN ('table', 'view') ORDER BY type = 'table'`)
+	st, err := t.write()
+	if err != nil {
+		return err
+	}
+	o := s.o
+	var drops []string
+	err = st.queryInternal(`SELECT type, name FROM sqlite_schema WHERE name NOT LIKE 'sqlite_%' AND name <> '_durable_meta' AND type IN ('table', 'view') ORDER BY type = 'table'`,
+		nil, func(rows *sql.Rows) error {
+			var typ, name string
+			err := rows.Scan(&typ, &name)
+			drops = append(drops, fmt.Sprintf("DROP %s IF EXISTS %s", strings.ToUpper(typ), quoteIdent(name)))
+			return err
+		})
 	if err != nil {
 		return fmt.Errorf("core: delete all: %w", err)
 	}
-	var drops []string
-	for rows.Next() {
-		var typ, name string
-		if err := rows.Scan(&typ, &name); err != nil {
-			rows.Close()
-			return fmt.Errorf("core: delete all: %w", err)
-		}
-		drops = append(drops, fmt.Sprintf("DROP %s IF EXISTS %s", strings.ToUpper(typ), quoteIdent(name)))
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("core: delete all: %w", err)
-	}
 	var alarm []timerRow
-	if keepAlarm {
-		if r, ok, err := s.o.getTimer("", ""); err != nil {
+	if keepAlarm && o.place.timers.ns == nil {
+		if r, ok, err := t.getTimer("", ""); err != nil {
 			return fmt.Errorf("core: delete all: %w", err)
 		} else if ok {
 			alarm = append(alarm, r)
 		}
 	}
-	drops = append(drops, runtimeSchema)
-	for _, q := range drops {
-		st.internal = true
-		_, err := st.conn.ExecContext(s.o.rt.background(), q)
-		st.internal = false
-		if err != nil {
+	for _, q := range append(drops, runtimeSchema) {
+		if err := st.execInternal(q); err != nil {
 			return fmt.Errorf("core: delete all: %w", err)
 		}
 	}
-	s.o.segTimers = true
-	if err := s.o.deleteFacets(); err != nil {
+	t.timers = true
+	if err := t.deleteFacets(); err != nil {
 		return err
 	}
-	if fi := s.o.facet; fi != nil && !keepAlarm {
-		// The facet's timers (and its facets') live in its root.
-		if err := s.o.rootDo(func(root *object) error {
-			st, err := root.state.Storage().begin()
-			if err != nil {
-				return err
+	if h := o.place.timers; h.ns != nil && !keepAlarm {
+		// A facet's timers (and its facets') live in its root: they go
+		// once the deletion has committed.
+		t.emit(effect{fn: func(committed bool) {
+			if committed {
+				o.rt.goWork(func() {
+					err := h.ns.with(h.name, h.id, placement{}, func(root *object) error {
+						return root.run(o.rt.base, func(ctx context.Context, _ any) error {
+							_, err := ctx.(*turn).delTimers(h.owner, "", true)
+							return err
+						})
+					})
+					if err != nil {
+						o.rt.log.Error("deleting a deleted facet's timers failed", "event", "facet_timers_failed",
+							"namespace", o.ns.name, "path", h.owner, "error", err)
+					}
+				})
 			}
-			root.batch.dirty, root.segTimers = true, true
-			return st.execInternal("DELETE FROM _durable_timers WHERE owner = ? OR substr(owner, 1, ?) = ?", fi.owner, len(fi.owner)+1, fi.owner+"/")
-		}); err != nil {
-			return fmt.Errorf("core: delete all: facet timers: %w", err)
-		}
+		}})
 	}
 	for _, r := range alarm {
-		if err := s.o.putTimer(r); err != nil {
+		if err := t.putTimer(r); err != nil {
 			return fmt.Errorf("core: delete all: %w", err)
 		}
 	}
-	for q, stmt := range st.stmts { // statements may name dropped tables
-		stmt.Close()
-		delete(st.stmts, q)
-	}
+	st.forgetStmts() // they may name dropped tables
 	return nil
 }
 
@@ -314,7 +276,8 @@ func (r *Rows) Columns() ([]string, error) { return r.rows.Columns() }
 // Err returns the error that ended iteration, if any.
 func (r *Rows) Err() error { return r.rows.Err() }
 
-// Close closes the rows.
+// Close closes the rows. Rows still open when their segment ends are
+// closed then.
 func (r *Rows) Close() error { return r.rows.Close() }
 
 // Row is the result of QueryRow.
@@ -345,4 +308,3 @@ func (r *Row) Scan(dest ...any) error {
 // Err returns the error of the query, if it failed before any row.
 func (r *Row) Err() error { return r.err }
 
-var _ = errors.New

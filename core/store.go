@@ -157,13 +157,19 @@ func openStore(path, synchronous string, template func() ([]byte, error)) (*stor
 		return nil
 	})
 	if err == nil {
-		var n int
-		err = s.conn.QueryRowContext(ctx, "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = '_durable_meta'").Scan(&n)
-		if err == nil && n == 1 {
-			err = s.conn.QueryRowContext(ctx, "SELECT count(*) FROM _durable_meta WHERE k = 'name'").Scan(&n)
-			n = 1 - n
+		s.internal = true
+		var meta, timers, running int
+		err = s.conn.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = '_durable_meta'),
+  (SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = '_durable_timers'),
+  (SELECT count(*) FROM pragma_table_xinfo('_durable_timers') WHERE name = 'running')`).Scan(&meta, &timers, &running)
+		if err == nil && meta == 1 {
+			err = s.conn.QueryRowContext(ctx, "SELECT count(*) FROM _durable_meta WHERE k = 'name'").Scan(&meta)
 		}
-		s.fresh = n == 0
+		if err == nil && timers == 1 && running == 0 {
+			_, err = s.conn.ExecContext(ctx, timersUpgrade)
+		}
+		s.fresh = meta == 0
+		s.internal = false
 	}
 	if err != nil {
 		s.close()
@@ -230,6 +236,41 @@ func (s *store) execInternalResult(query string, args ...any) (sql.Result, error
 		return nil, err
 	}
 	return st.Exec(args...)
+}
+
+// errStopRows ends queryInternal's scan early, without an error.
+var errStopRows = errors.New("stop")
+
+// queryInternal runs one of the runtime's own queries and hands each row
+// to scan.
+func (s *store) queryInternal(query string, args []any, scan func(*sql.Rows) error) error {
+	s.internal = true
+	defer func() { s.internal = false }()
+	st, err := s.ownStmt(query)
+	if err != nil {
+		return err
+	}
+	rows, err := st.Query(args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := scan(rows); err == errStopRows {
+			return nil
+		} else if err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// forgetStmts closes the cached user statements.
+func (s *store) forgetStmts() {
+	for q, stmt := range s.stmts {
+		stmt.Close()
+		delete(s.stmts, q)
+	}
 }
 
 // Pragmas user SQL may use: the first set only reads whatever its argument

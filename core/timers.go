@@ -1,6 +1,7 @@
 package core
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -11,15 +12,22 @@ import (
 
 // An object's timers live in its own database, in _durable_timers: the
 // alarm (owner "", key ""), the entries of its schedule (owner "", key
-// given), and later its facets' alarms (owner = the facet's path). The one
-// real alarm, the runtime's index, always points at the earliest of them
-// (SEMANTICS A1, F5). Each row keeps its own retry state.
+// given), and its facets' alarms and schedules (owner = the facet's path).
+// The one real alarm, the runtime's index, always points at the earliest of
+// them (SEMANTICS A1, F5). Each row keeps its own retry state. A row being
+// run is marked running, not removed, until the run's last segment
+// commits: a crash at any point of the run means it runs again.
 const timersSchema = `CREATE TABLE IF NOT EXISTS _durable_timers(
   owner TEXT NOT NULL, key TEXT NOT NULL,
   at INTEGER NOT NULL, retry INTEGER NOT NULL, first INTEGER NOT NULL,
   kind TEXT NOT NULL, payload BLOB, cron TEXT NOT NULL, missed INTEGER NOT NULL,
+  running INTEGER NOT NULL DEFAULT 0,
   PRIMARY KEY(owner, key)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS _durable_timers_at ON _durable_timers(at)`
+
+// timersUpgrade adds the running column to a timers table made by an
+// earlier version.
+const timersUpgrade = `ALTER TABLE _durable_timers ADD COLUMN running INTEGER NOT NULL DEFAULT 0`
 
 type timerKey struct{ owner, key string }
 
@@ -32,90 +40,102 @@ type timerRow struct {
 	payload    []byte
 	cron       string
 	missed     Missed
+	running    bool // a run of it has begun and not ended
 }
 
 // with returns the row due again at a new tick, its retries reset.
 func (r timerRow) with(at int64) timerRow {
-	r.at, r.first, r.retry = at, at, 0
+	r.at, r.first, r.retry, r.running = at, at, 0, false
 	return r
 }
 
-// same reports whether two rows are the same timer in the same state.
+// same reports whether two rows are the same timer in the same state,
+// running or not.
 func (r timerRow) same(o timerRow) bool {
 	return r.owner == o.owner && r.key == o.key && r.at == o.at && r.retry == o.retry &&
 		r.first == o.first && r.kind == o.kind && string(r.payload) == string(o.payload) &&
 		r.cron == o.cron && r.missed == o.missed
 }
 
-const timerCols = "owner, key, at, retry, first, kind, payload, cron, missed"
-
-func scanTimer(sc interface{ Scan(...any) error }) (timerRow, error) {
-	var r timerRow
-	err := sc.Scan(&r.owner, &r.key, &r.at, &r.retry, &r.first, &r.kind, &r.payload, &r.cron, &r.missed)
-	return r, err
+func (r timerRow) timer() Timer {
+	return Timer{Key: r.key, Kind: r.kind, Payload: r.payload, At: time.Unix(0, r.at), Cron: r.cron, Missed: r.missed}
 }
 
-// putTimer writes a timer in the current segment. It counts as a row
-// written (A11).
-func (o *object) putTimer(r timerRow) error {
-	s, err := o.state.Storage().begin()
+const timerCols = "owner, key, at, retry, first, kind, payload, cron, missed, running"
+
+// timerHome is whose timers table holds an object's timers: its own (the
+// zero value), or its root object's, under its path, for a facet.
+type timerHome struct {
+	ns       *namespace // the root object's namespace; nil for the object's own table
+	name, id string
+	owner    string // the object's path in the root's table
+}
+
+// timerTable runs fn on the table that holds t's object's timers, with the
+// object's path in it: in t's own segment, or, for a facet, as a turn of
+// its root, committed at once (facet.go).
+func (t *turn) timerTable(fn func(home *turn, owner string) error) error {
+	h := t.o.place.timers
+	if h.ns == nil {
+		return fn(t, "")
+	}
+	return h.ns.with(h.name, h.id, placement{}, func(root *object) error {
+		return root.run(t, func(ctx context.Context, _ any) error { return fn(ctx.(*turn), h.owner) })
+	})
+}
+
+// putTimer writes a timer in the segment. It counts as a row written (A11).
+func (t *turn) putTimer(r timerRow) error {
+	s, err := t.write()
 	if err != nil {
 		return err
 	}
-	o.batch.dirty = true
-	if err := s.execInternal("INSERT OR REPLACE INTO _durable_timers("+timerCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-		r.owner, r.key, r.at, r.retry, r.first, r.kind, r.payload, r.cron, r.missed); err != nil {
+	if err := s.execInternal("INSERT OR REPLACE INTO _durable_timers("+timerCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+		r.owner, r.key, r.at, r.retry, r.first, r.kind, r.payload, r.cron, r.missed, r.running); err != nil {
 		return err
 	}
-	o.writes.Add(1)
-	o.segTimers = true
+	t.o.writes.Add(1)
+	t.timers = true
 	return nil
 }
 
-func (o *object) delTimer(owner, key string) (bool, error) {
-	s, err := o.state.Storage().begin()
+// delTimers deletes the timers of owner (and key, unless all), and those of
+// the facets below owner when all is set.
+func (t *turn) delTimers(owner, key string, all bool) (bool, error) {
+	s, err := t.write()
 	if err != nil {
 		return false, err
 	}
-	o.batch.dirty = true
-	res, err := s.execInternalResult("DELETE FROM _durable_timers WHERE owner = ? AND key = ?", owner, key)
+	q, args := "DELETE FROM _durable_timers WHERE owner = ? AND key = ?", []any{owner, key}
+	if all {
+		q, args = "DELETE FROM _durable_timers WHERE owner = ? OR substr(owner, 1, ?) = ?", []any{owner, len(owner) + 1, owner + "/"}
+	}
+	res, err := s.execInternalResult(q, args...)
 	if err != nil {
 		return false, err
 	}
 	n, _ := res.RowsAffected()
-	o.segTimers = true
+	t.timers = true
 	return n > 0, nil
 }
 
-func (o *object) queryTimers(query string, args ...any) ([]timerRow, error) {
-	s, err := o.state.Storage().begin()
+func (t *turn) queryTimers(where string, args ...any) ([]timerRow, error) {
+	s, err := t.db()
 	if err != nil {
 		return nil, err
 	}
-	s.internal = true
-	defer func() { s.internal = false }()
-	stmt, err := s.ownStmt(query)
-	if err != nil {
-		return nil, err
-	}
-	rows, err := stmt.Query(args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
 	var out []timerRow
-	for rows.Next() {
-		r, err := scanTimer(rows)
-		if err != nil {
-			return nil, err
-		}
+	err = s.queryInternal("SELECT "+timerCols+" FROM _durable_timers WHERE "+where, args, func(rows *sql.Rows) error {
+		var r timerRow
+		err := rows.Scan(&r.owner, &r.key, &r.at, &r.retry, &r.first, &r.kind, &r.payload, &r.cron, &r.missed, &r.running)
 		out = append(out, r)
-	}
-	return out, rows.Err()
+		return err
+	})
+	return out, err
 }
 
-func (o *object) getTimer(owner, key string) (timerRow, bool, error) {
-	rs, err := o.queryTimers("SELECT "+timerCols+" FROM _durable_timers WHERE owner = ? AND key = ?", owner, key)
+func (t *turn) getTimer(owner, key string) (timerRow, bool, error) {
+	rs, err := t.queryTimers("owner = ? AND key = ?", owner, key)
 	if err != nil || len(rs) == 0 {
 		return timerRow{}, false, err
 	}
@@ -123,8 +143,8 @@ func (o *object) getTimer(owner, key string) (timerRow, bool, error) {
 }
 
 // dueTimer returns the earliest timer due at now that is not in skip.
-func (o *object) dueTimer(now int64, skip map[timerKey]bool) (timerRow, bool, error) {
-	rs, err := o.queryTimers("SELECT "+timerCols+" FROM _durable_timers WHERE at <= ? ORDER BY at, owner, key LIMIT ?", now, len(skip)+1)
+func (t *turn) dueTimer(now int64, skip map[timerKey]bool) (timerRow, bool, error) {
+	rs, err := t.queryTimers("at <= ? ORDER BY at, owner, key LIMIT ?", now, len(skip)+1)
 	if err != nil {
 		return timerRow{}, false, err
 	}
@@ -136,12 +156,33 @@ func (o *object) dueTimer(now int64, skip map[timerKey]bool) (timerRow, bool, er
 	return timerRow{}, false, nil
 }
 
-// nextTimer returns the earliest due time of all the object's timers.
-func (o *object) nextTimer() (int64, bool, error) {
-	if _, err := o.state.Storage().begin(); err != nil {
-		return 0, false, err
+// nextTimer returns the earliest due time of all the object's timers, a
+// running one included (its run may not end), for the commit path.
+func (o *object) nextTimer() (alarmChange, error) {
+	var at sql.NullInt64
+	err := o.store.queryInternal("SELECT min(at) FROM _durable_timers", nil, func(rows *sql.Rows) error { return rows.Scan(&at) })
+	return alarmChange{at: at.Int64, del: !at.Valid}, err
+}
+
+// listTimers returns the schedule entries of owner that are pending: a
+// recurring entry that is running is listed at its next tick.
+func (t *turn) listTimers(owner string) ([]Timer, error) {
+	rs, err := t.queryTimers("owner = ? AND key <> '' ORDER BY at, key", owner)
+	var out []Timer
+	for _, r := range rs {
+		if r.running {
+			if r.cron == "" {
+				continue
+			}
+			next, err := nextTick(r.cron, t.o.rt.now())
+			if err != nil {
+				continue
+			}
+			r.at = next.UnixNano()
+		}
+		out = append(out, r.timer())
 	}
-	return o.nextTimerInBatch()
+	return out, err
 }
 
 // nextTick returns the first tick of a cron spec after t.
@@ -159,75 +200,19 @@ func nextTick(spec string, t time.Time) (time.Time, error) {
 
 var errNoTimerHandler = errors.New("core: object does not implement core.TimerHandler")
 
-func (o *object) callTimerHandler(ctx contextT, inst any, row timerRow, info AlarmInfo) error {
+// callHandler runs the handler of a due timer: Alarm for the alarm,
+// OnTimer for a schedule entry.
+func callHandler(ctx context.Context, ns *namespace, inst any, row timerRow, info AlarmInfo) error {
+	if row.key == "" {
+		h, ok := inst.(Alarmer)
+		if !ok {
+			return fmt.Errorf("core: %s objects do not implement core.Alarmer", ns.name)
+		}
+		return h.Alarm(ctx, info)
+	}
 	h, ok := inst.(TimerHandler)
 	if !ok {
-		return fmt.Errorf("%w (%s)", errNoTimerHandler, o.ns.name)
+		return fmt.Errorf("%w (%s)", errNoTimerHandler, ns.name)
 	}
-	return h.OnTimer(ctx, Timer{
-		Key: row.key, Kind: row.kind, Payload: row.payload, At: time.Unix(0, row.at),
-		Cron: row.cron, Missed: row.missed,
-	}, info)
-}
-
-// nextTimerInBatch is nextTimer for the commit path, outside any segment
-// (the transaction is open).
-func (o *object) nextTimerInBatch() (int64, bool, error) {
-	s := o.store
-	s.internal = true
-	defer func() { s.internal = false }()
-	stmt, err := s.ownStmt("SELECT min(at) FROM _durable_timers")
-	if err != nil {
-		return 0, false, err
-	}
-	var at sql.NullInt64
-	if err := stmt.QueryRow().Scan(&at); err != nil {
-		return 0, false, err
-	}
-	return at.Int64, at.Valid, nil
-}
-
-// The timer operations of State: a top-level object's timers are in its
-// own table; a facet's are in its root's, under its path (facet.go).
-
-func (o *object) timerPut(r timerRow) error {
-	if o.facet == nil {
-		return o.putTimer(r)
-	}
-	r.owner = o.facet.owner
-	return o.rootDo(func(root *object) error { return root.putTimer(r) })
-}
-
-func (o *object) timerGet(key string) (r timerRow, ok bool, err error) {
-	if o.facet == nil {
-		return o.getTimer("", key)
-	}
-	err = o.rootDo(func(root *object) error {
-		r, ok, err = root.getTimer(o.facet.owner, key)
-		return err
-	})
-	return r, ok, err
-}
-
-func (o *object) timerDel(key string) (ok bool, err error) {
-	if o.facet == nil {
-		return o.delTimer("", key)
-	}
-	err = o.rootDo(func(root *object) error {
-		ok, err = root.delTimer(o.facet.owner, key)
-		return err
-	})
-	return ok, err
-}
-
-func (o *object) timerList() (rs []timerRow, err error) {
-	const q = "SELECT " + timerCols + " FROM _durable_timers WHERE owner = ? AND key <> '' ORDER BY at, key"
-	if o.facet == nil {
-		return o.queryTimers(q, "")
-	}
-	err = o.rootDo(func(root *object) error {
-		rs, err = root.queryTimers(q, o.facet.owner)
-		return err
-	})
-	return rs, err
+	return h.OnTimer(ctx, row.timer(), info)
 }

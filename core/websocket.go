@@ -109,7 +109,8 @@ type WebSocketErrorHandler interface {
 // the error wraps ErrBadHandshake; return nil from Fetch to send it.
 func (st *State) AcceptWebSocket(ctx context.Context, w http.ResponseWriter, r *http.Request, tags ...string) (*WebSocket, error) {
 	o := st.o
-	if err := o.inTurn(ctx); err != nil {
+	t, err := o.inTurn(ctx)
+	if err != nil {
 		return nil, err
 	}
 	if len(tags) > MaxTags {
@@ -136,7 +137,7 @@ func (st *State) AcceptWebSocket(ctx context.Context, w http.ResponseWriter, r *
 		c.Close()
 		return nil, err
 	}
-	o.addOut(wsOut{ws: ws, kind: wsOutAccept})
+	t.emit(effect{kind: effAccept, ws: ws})
 	go ws.read()
 	return ws, nil
 }
@@ -170,8 +171,8 @@ func (st *State) SetWebSocketAutoResponse(request, response string) error {
 
 // A WebSocket is an object's handle to one connection the runtime owns
 // (hibernatable WebSockets, SEMANTICS R). Its methods are safe for
-// concurrent use, but Send and Close are output-gated only when called
-// from one of the object's turns (see Send).
+// concurrent use; Send and Close act in the turn their context marks (see
+// Send).
 //
 // An object accepts a WebSocket in one of its turns, usually in Fetch (see
 // Stub.ServeHTTP), with State.AcceptWebSocket, and from then on the runtime
@@ -234,7 +235,6 @@ type WebSocket struct {
 
 	noClose, noError bool // the object has no WebSocketClose, WebSocketError handler
 
-	obj    atomic.Pointer[object] // the owning object when last seen resident
 	autoAt atomic.Int64           // unix ns of the last auto-response
 	shut   atomic.Bool            // state != wsOpen, for checks without mu
 
@@ -273,22 +273,22 @@ type wsEnd struct {
 // Send queues m for the client. The runtime writes it from the
 // connection's writer goroutine; Send never blocks.
 //
-// Called from one of the object's turns, Send is output-gated: the message
-// leaves only after the turn's writes are durable, and not at all if the
-// turn fails. Called outside any turn of the object, it is queued at once.
-// Do not modify m.Data after Send. If too many messages wait for the
+// Send is output-gated by the turn ctx marks, whichever object's turn it
+// is: the message leaves only after that turn's writes are durable, and
+// not at all if the turn fails. Outside a turn (or inside an Await's fn)
+// Send fails with ErrNotInTurn. Do not modify m.Data after Send. If too many messages wait for the
 // client (Options.WebSocketSendQueue), it is cut off with 1013 and the
 // object receives WebSocketError with ErrSlowClient: a slow client never
 // stalls the room.
 func (ws *WebSocket) Send(ctx context.Context, m Message) error {
-	o := turnOf(ctx)
-	if o == nil {
+	t := turnOf(ctx)
+	if t == nil {
 		return ErrNotInTurn
 	}
 	if !ws.open() {
 		return ErrWebSocketClosed
 	}
-	o.addOut(wsOut{ws: ws, msg: m})
+	t.emit(effect{kind: effSend, ws: ws, msg: m})
 	return nil
 }
 
@@ -301,10 +301,10 @@ func (ws *WebSocket) SendText(ctx context.Context, s string) error {
 // (at most 123 bytes). Messages sent before it are written first; the
 // runtime then waits a moment for the client's Close frame. The object's
 // WebSocketClose handler is not called for a close it made. Like Send,
-// Close is output-gated when called from a turn.
+// Close acts in the turn ctx marks: it leaves with that turn's commit.
 func (ws *WebSocket) Close(ctx context.Context, code int, reason string) error {
-	o := turnOf(ctx)
-	if o == nil {
+	t := turnOf(ctx)
+	if t == nil {
 		return ErrNotInTurn
 	}
 	if code != CloseNormal && (code < 3000 || code > 4999) {
@@ -316,7 +316,7 @@ func (ws *WebSocket) Close(ctx context.Context, code int, reason string) error {
 	if !ws.open() {
 		return ErrWebSocketClosed
 	}
-	o.addOut(wsOut{ws: ws, kind: wsOutClose, end: &wsEnd{code: code, reason: reason}})
+	t.emit(effect{kind: effClose, ws: ws, end: &wsEnd{code: code, reason: reason}})
 	return nil
 }
 
@@ -383,131 +383,6 @@ func (ws *WebSocket) AutoResponseTimestamp() time.Time {
 }
 
 func (ws *WebSocket) open() bool { return !ws.shut.Load() }
-
-// turnObject returns the owning object if it is running a turn, so that a
-// send joins that turn's output. Like Storage, this relies on being called
-// from the turn's own code: a goroutine of the object's own that calls Send
-// while a turn runs has its message held for that turn.
-func (ws *WebSocket) turnObject() *object {
-	o := ws.obj.Load()
-	if o == nil || o.isEvicted() {
-		o = ws.ns.resident(ws.name)
-		ws.obj.Store(o)
-		if o == nil {
-			return nil
-		}
-	}
-	if o.cur == nil {
-		return nil
-	}
-	return o
-}
-
-// resident returns the object for name if it is in memory.
-func (ns *namespace) resident(name string) *object {
-	ns.mu.Lock()
-	defer ns.mu.Unlock()
-	return ns.objects[name]
-}
-
-// wsOut is one effect of a turn on a connection, held until the turn's
-// writes are durable (the output gate).
-type wsOut struct {
-	ws   *WebSocket
-	kind wsOutKind
-	msg  Message
-	end  *wsEnd
-}
-
-type wsOutKind uint8
-
-const (
-	wsOutSend   wsOutKind = iota
-	wsOutClose            // Close was called
-	wsOutAccept           // the connection was accepted: undone if the turn fails
-)
-
-// addOut adds to the current segment's output.
-func (o *object) addOut(x wsOut) {
-	if o.sends == nil {
-		if p, ok := outPool.Get().(*[]wsOut); ok {
-			o.sends = *p
-		}
-	}
-	o.sends = append(o.sends, x)
-}
-
-// Output lists are pooled: a broadcast to a thousand members needs one.
-var outPool sync.Pool
-
-func putOut(out []wsOut) {
-	if cap(out) > 1<<16 {
-		return
-	}
-	clear(out)
-	out = out[:0]
-	outPool.Put(&out)
-}
-
-// settleSends is called at the end of each turn segment: a failed
-// segment's output is dropped; a successful one's waits for the open batch
-// to commit, or leaves now if nothing is uncommitted.
-func (o *object) settleSends(failed bool) {
-	out := o.sends
-	if len(out) == 0 {
-		return
-	}
-	o.sends = nil
-	switch {
-	case failed:
-		discardOut(out)
-	case o.batch != nil:
-		if o.batch.sends == nil {
-			o.batch.sends = out
-		} else {
-			o.batch.sends = append(o.batch.sends, out...)
-			putOut(out)
-		}
-	default:
-		releaseOut(out)
-	}
-}
-
-// settleSends releases the batch's output once it is committed, or drops
-// it if the commit failed.
-func (b *batch) settleSends() {
-	out := b.sends
-	if out == nil {
-		return
-	}
-	b.sends = nil
-	if b.err != nil {
-		discardOut(out)
-	} else {
-		releaseOut(out)
-	}
-}
-
-func releaseOut(out []wsOut) {
-	for i := range out {
-		switch x := &out[i]; x.kind {
-		case wsOutSend:
-			x.ws.enqueue(x.msg)
-		case wsOutClose:
-			x.ws.startClose(x.end)
-		}
-	}
-	putOut(out)
-}
-
-func discardOut(out []wsOut) {
-	for i := range out {
-		if x := &out[i]; x.kind == wsOutAccept {
-			x.ws.startClose(&wsEnd{code: CloseInternalError, reason: "accept rolled back"})
-		}
-	}
-	putOut(out)
-}
 
 // wsHub is the runtime's register of connections, by owning object. Its
 // zero value is ready to use. It owns every connection's goroutines:

@@ -369,7 +369,7 @@ func (ws *WebSocket) read() {
 		}
 		if typ == websocket.TextMessage {
 			if ar := ws.group.auto.Load(); ar != nil && string(data) == ar.request {
-				ws.autoAt.Store(time.Now().UnixNano())
+				ws.autoAt.Store(ws.rt.now().UnixNano())
 				ws.enqueue(ar.response)
 				continue
 			}
@@ -408,10 +408,7 @@ func (ws *WebSocket) deliver(fn func(context.Context, any) error) error {
 		return err
 	}
 	defer rt.leave()
-	return ws.ns.with(ws.name, ws.id, func(o *object) error {
-		ws.obj.Store(o)
-		return o.run(rt.background(), fn)
-	})
+	return ws.ns.with(ws.name, ws.id, placement{}, func(o *object) error { return o.run(rt.base, fn) })
 }
 
 // finish ends the connection once its reader has stopped: it lets the

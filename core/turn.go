@@ -1,0 +1,586 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// A turn is one call's (or one event's) run on an object, and this file is
+// its whole life: where it begins (run), how its segments run (invoke), how
+// its writes commit (commit) and where its output is released (release).
+//
+// A turn runs in segments: the code between two waits for something that
+// is not the object's own storage. Each segment holds the gate. Its writes
+// run in a savepoint of the open group-commit batch (or in the batch's
+// transaction itself when it opened it); it owns the Rows it opened, which
+// are closed when it ends, and it collects effects: output held until the
+// batch commits (WebSocket sends, closes and accepts, HTTP responses, facet
+// removals), dropped if the segment or the commit fails. The turn is also
+// the context its code receives: every in-turn operation finds its turn
+// through that context, never through the object.
+type turn struct {
+	context.Context
+	o      *object
+	parent *turn // the turn whose context made this call; it waits in Await meanwhile
+	live   atomic.Bool
+
+	// Touched only while the segment runs (by the gate holder).
+	sp      spState
+	depth   int // nested Storage.Transaction depth
+	rows    []*Rows
+	timers  bool // the segment changed a timer
+	mu      sync.Mutex
+	effects []effect // the segment's output, guarded by mu (Send may come from any goroutine)
+
+	waiting atomic.Pointer[object]    // the gate this turn is queued for
+	done    atomic.Pointer[mergedCtx] // Done tied to the runtime's base context, made on demand
+}
+
+type mergedCtx struct {
+	context.Context
+	stop func()
+}
+
+type spState uint8
+
+const (
+	spNone spState = iota
+	spSavepoint
+	spTx // the segment opened the batch: its transaction is the savepoint
+)
+
+// turnKey finds the turn whose segment may act (storage, output);
+// callerKey finds the turn that makes a call, even from inside Await.
+type turnKey struct{}
+type callerKey struct{}
+
+// Value makes the turn findable from its context.
+func (t *turn) Value(key any) any {
+	if key == (turnKey{}) || key == (callerKey{}) {
+		return t
+	}
+	return t.Context.Value(key)
+}
+
+// Done is the caller's Done, ended also by Runtime.Shutdown. The tie to the
+// runtime's base context is made only when the turn's code asks for Done.
+func (t *turn) Done() <-chan struct{} { return t.merged().Done() }
+
+// Err is Done's reason.
+func (t *turn) Err() error {
+	if m := t.done.Load(); m != nil {
+		return m.Err()
+	}
+	if err := t.Context.Err(); err != nil {
+		return err
+	}
+	return t.o.rt.base.Err()
+}
+
+func (t *turn) merged() context.Context {
+	if m := t.done.Load(); m != nil {
+		return m
+	}
+	ctx, cancel := context.WithCancel(t.Context)
+	m := &mergedCtx{Context: ctx}
+	if !t.done.CompareAndSwap(nil, m) {
+		cancel()
+		return t.done.Load()
+	}
+	stop := context.AfterFunc(t.o.rt.base, cancel)
+	m.stop = func() { stop(); cancel() }
+	return m
+}
+
+// turnOf returns the turn ctx marks if its segment is running, or nil.
+func turnOf(ctx context.Context) *turn {
+	t, _ := ctx.Value(turnKey{}).(*turn)
+	if t == nil || !t.live.Load() {
+		return nil
+	}
+	return t
+}
+
+// inTurn checks that ctx marks a running turn of o.
+func (o *object) inTurn(ctx context.Context) (*turn, error) {
+	t := turnOf(ctx)
+	if t == nil || t.o != o {
+		return nil, ErrNotInTurn
+	}
+	return t, nil
+}
+
+// effect is one piece of a turn's output, held until the batch holding the
+// turn's writes is durable. Sends, closes and accepts are values (a
+// broadcast holds a thousand of them); anything else is a func told
+// whether the writes committed.
+type effect struct {
+	kind effectKind
+	ws   *WebSocket
+	msg  Message
+	end  *wsEnd
+	fn   func(committed bool)
+}
+
+type effectKind uint8
+
+const (
+	effFunc effectKind = iota
+	effSend
+	effClose
+	effAccept // undone (closed with 1011) if the turn fails
+)
+
+// emit adds an effect to the segment's output.
+func (t *turn) emit(e effect) {
+	t.mu.Lock()
+	if t.effects == nil {
+		if p, ok := effectPool.Get().(*[]effect); ok {
+			t.effects = *p
+		}
+	}
+	t.effects = append(t.effects, e)
+	t.mu.Unlock()
+}
+
+// Effect lists are pooled: a broadcast to a thousand members needs one.
+var effectPool sync.Pool
+
+// release carries out effects once their writes are durable (committed)
+// or drops them (the segment or the commit failed).
+func release(effects []effect, committed bool) {
+	defer recycle(effects)
+	for i := range effects {
+		switch e := &effects[i]; {
+		case e.kind == effFunc:
+			e.fn(committed)
+		case !committed:
+			if e.kind == effAccept {
+				e.ws.startClose(&wsEnd{code: CloseInternalError, reason: "accept rolled back"})
+			}
+		case e.kind == effSend:
+			e.ws.enqueue(e.msg)
+		case e.kind == effClose:
+			e.ws.startClose(e.end)
+		}
+	}
+}
+
+func recycle(effects []effect) {
+	if effects != nil && cap(effects) <= 1<<16 {
+		clear(effects)
+		effects = effects[:0]
+		effectPool.Put(&effects)
+	}
+}
+
+// batch is a group commit: the segments whose writes share one transaction.
+type batch struct {
+	done     chan struct{} // closed when the commit is over
+	err      error         // the commit's error, set before done is closed
+	turns    int
+	dirty    bool // something was written
+	initMeta bool // the batch created the runtime's tables
+	timers   bool // a segment in it changed a timer
+	effects  []effect
+}
+
+func (b *batch) wait() error {
+	if b == nil {
+		return nil
+	}
+	<-b.done
+	return b.err
+}
+
+// run runs fn as one turn: it waits for the gate, builds the instance if
+// needed, runs fn, and returns once the turn's writes (and any writes it
+// read) are durable.
+func (o *object) run(ctx context.Context, fn func(context.Context, any) error) (err error) {
+	t := &turn{Context: ctx, o: o}
+	t.parent, _ = ctx.Value(callerKey{}).(*turn)
+	if err := o.acquire(t, false); err != nil {
+		return err
+	}
+	defer func() {
+		if werr := t.end(); err == nil {
+			err = werr
+		}
+	}()
+	if o.rt.isClosed.Load() {
+		return ErrClosed
+	}
+	if !o.built {
+		if err := o.construct(t); err != nil {
+			return err
+		}
+	}
+	return o.invoke(t, fn)
+}
+
+// end finishes a turn that holds the gate: the batch is committed now if
+// no other turn is queued to join it, and the turn returns once its writes
+// are durable. It runs even when the turn's goroutine exits.
+func (t *turn) end() error {
+	if m := t.done.Load(); m != nil && m.stop != nil {
+		m.stop()
+	}
+	return t.o.leave().wait()
+}
+
+// construct runs the constructor as the object's first segment.
+func (o *object) construct(t *turn) error {
+	o.rt.stats.constructs.Add(1)
+	var inst any
+	err := o.invoke(t, func(ctx context.Context, _ any) error {
+		var err error
+		inst, err = o.ns.ctor(ctx, &o.state)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("constructor: %w", err)
+	}
+	o.inst, o.built = inst, true
+	return nil
+}
+
+var errGoexit = errors.New("core: the turn's goroutine exited (runtime.Goexit) before the turn ended")
+
+// invoke runs one segment of user code with the gate held. A returned
+// error rolls the segment back and comes out as a *RemoteError; the
+// instance is kept, and so is what the code changed in memory. A panic or
+// a runtime.Goexit rolls it back too and also drops the instance: the
+// constructor runs again for the next event, from what is durable.
+func (o *object) invoke(t *turn, fn func(context.Context, any) error) (err error) {
+	t.live.Store(true)
+	o.rt.stats.turns.Add(1)
+	normal := false
+	defer func() {
+		if !normal {
+			if p := recover(); p != nil {
+				err = &RemoteError{Err: &PanicError{Value: p, Stack: debug.Stack()}}
+			} else {
+				err = &RemoteError{Err: errGoexit}
+			}
+			o.inst, o.built = nil, false
+		}
+		if serr := t.endSegment(err != nil); serr != nil && err == nil {
+			err = serr
+		}
+	}()
+	if err = fn(t, o.inst); err != nil {
+		err = &RemoteError{Err: err}
+	}
+	normal = true
+	return err
+}
+
+// db returns the open database with the segment's savepoint in place,
+// opening the database and the group-commit batch as needed.
+func (t *turn) db() (*store, error) {
+	o := t.o
+	if o.store == nil {
+		o.ns.waitClosed(o.id)
+		st, err := openStore(o.place.db, o.rt.opts.Synchronous, o.rt.template)
+		if err != nil {
+			return nil, fmt.Errorf("core: open database: %w", err)
+		}
+		o.store = st
+		o.hasStore.Store(true)
+		o.rt.stats.openDBs.Add(1)
+		o.rt.shed()
+	}
+	st := o.store
+	if o.batch == nil {
+		if err := st.execInternal("BEGIN"); err != nil {
+			return nil, o.poison(err)
+		}
+		o.batch = &batch{done: make(chan struct{})}
+		t.sp = spTx
+		if st.fresh {
+			err := st.execInternal(runtimeSchema)
+			if err == nil {
+				err = st.execInternal(`INSERT OR IGNORE INTO _durable_meta(k, v) VALUES ('namespace', ?), ('name', ?)`, o.ns.name, o.name)
+			}
+			if err != nil {
+				return nil, o.poison(err)
+			}
+			st.fresh = false
+			o.batch.dirty, o.batch.initMeta = true, true
+		}
+	}
+	if t.sp == spNone {
+		if err := st.execInternal("SAVEPOINT turn"); err != nil {
+			return nil, o.poison(err)
+		}
+		t.sp = spSavepoint
+	}
+	return st, nil
+}
+
+// write is db for statements that change something.
+func (t *turn) write() (*store, error) {
+	st, err := t.db()
+	if err == nil {
+		t.o.batch.dirty = true
+	}
+	return st, err
+}
+
+// endSegment closes the segment: its Rows are closed, its savepoint is
+// released into the batch (or rolled back), and its effects join the
+// batch (or are dropped; with nothing uncommitted they are released now).
+func (t *turn) endSegment(failed bool) error {
+	o := t.o
+	t.live.Store(false)
+	for _, r := range t.rows {
+		r.rows.Close()
+	}
+	clear(t.rows)
+	t.rows, t.depth = t.rows[:0], 0
+	t.mu.Lock()
+	effects := t.effects
+	t.effects = nil
+	t.mu.Unlock()
+	timers := t.timers && !failed
+	t.timers = false
+
+	var err error
+	sp := t.sp
+	switch {
+	case sp == spNone:
+	case failed && sp == spTx:
+		// The segment opened the batch: nothing else is in it.
+		b := o.batch
+		o.batch = nil
+		if b.initMeta {
+			o.store.fresh = true
+		}
+		err = o.store.execInternal("ROLLBACK")
+		close(b.done)
+	case failed:
+		err = o.store.execInternal("ROLLBACK TO turn")
+		if err == nil {
+			err = o.store.execInternal("RELEASE turn")
+		}
+	case sp == spSavepoint:
+		err = o.store.execInternal("RELEASE turn")
+	}
+	t.sp = spNone
+	if err != nil {
+		err = o.poison(err)
+		failed = true
+	}
+	if b := o.batch; b != nil && !failed {
+		if sp != spNone {
+			b.turns++
+		}
+		b.timers = b.timers || timers
+		if effects != nil {
+			b.effects = append(b.effects, effects...)
+			recycle(effects)
+		}
+		return nil
+	}
+	if effects != nil {
+		release(effects, !failed)
+	}
+	return err
+}
+
+// leave ends a holder's use of the gate. The open batch is committed now if
+// no other turn is queued to join it (or it is full); otherwise the next
+// turn joins it and this one waits for that commit, which leave returns.
+func (o *object) leave() *batch {
+	b := o.batch
+	if b != nil {
+		queued := o.queued()
+		if !queued && b.turns == 1 && o.lastBatch > 1 {
+			// The callers of the last batch were all released at once by
+			// its commit; the first one back should not commit alone while
+			// the others are on their way. Give them a moment to queue.
+			runtime.Gosched()
+			queued = o.queued()
+		}
+		if b.turns >= o.rt.opts.MaxBatch || !queued {
+			o.lastBatch = b.turns
+			o.commit()
+		}
+	}
+	o.release()
+	return b
+}
+
+// commit makes the open batch durable, then releases its output and every
+// turn waiting for it. If the batch changed a timer, the runtime's alarm
+// index learns the earliest one before the commit (so a crash can leave an
+// early index entry, never a missing one) and the scheduler after it.
+func (o *object) commit() error {
+	b := o.batch
+	var next alarmChange
+	var err error
+	if b.timers {
+		if next, err = o.nextTimer(); err == nil && !next.del {
+			err = o.rt.sched.ensureIndexed(o.ns.name, o.id, o.name, next.at)
+		}
+	}
+	if err == nil {
+		err = o.store.execInternal("COMMIT")
+	}
+	o.batch = nil
+	if err != nil {
+		b.err = o.poison(err)
+	} else {
+		if b.dirty {
+			o.rt.stats.commits.Add(1)
+		}
+		if b.timers {
+			o.rt.sched.committed(o.ns.name, o.id, o.name, next)
+		}
+	}
+	release(b.effects, err == nil)
+	b.effects = nil
+	close(b.done)
+	return b.err
+}
+
+// poison handles a failure of the runtime's own transaction statements: the
+// connection's state is unknown, so the batch is abandoned, the database
+// closed and the instance dropped; the next turn rebuilds from what is
+// durable.
+func (o *object) poison(cause error) error {
+	err := fmt.Errorf("%w: %v", ErrCommitFailed, cause)
+	if b := o.batch; b != nil {
+		o.batch = nil
+		b.err = err
+		release(b.effects, false)
+		b.effects = nil
+		close(b.done)
+	}
+	if o.store != nil {
+		o.store.close()
+		o.store = nil
+		o.hasStore.Store(false)
+		o.rt.stats.openDBs.Add(-1)
+	}
+	o.inst, o.built = nil, false
+	return err
+}
+
+// await runs fn with the gate open: the turn so far is committed durably,
+// other turns may run while fn runs, and the turn re-enters at the back of
+// the queue when fn returns. fn's context does not mark the turn: the
+// turn's storage and output are not reachable from it.
+func (o *object) await(t *turn, fn func(context.Context) error) error {
+	if err := t.endSegment(false); err != nil {
+		return err
+	}
+	var cerr error
+	if o.batch != nil {
+		cerr = o.commit()
+	}
+	o.mu.Lock()
+	o.awaiting++
+	o.mu.Unlock()
+	o.release()
+	defer func() {
+		_ = o.acquire(t, true)
+		o.mu.Lock()
+		o.awaiting--
+		o.mu.Unlock()
+		t.live.Store(true)
+	}()
+	if cerr != nil {
+		return cerr
+	}
+	actx, cancel := context.WithCancel(awaitCtx{t})
+	defer cancel()
+	defer context.AfterFunc(o.rt.base, cancel)()
+	return fn(actx)
+}
+
+// awaitCtx is the context of an Await's fn: the turn's deadline, values
+// and cancellation, but not the turn itself.
+type awaitCtx struct{ t *turn }
+
+func (c awaitCtx) Deadline() (time.Time, bool) { return c.t.Context.Deadline() }
+func (c awaitCtx) Done() <-chan struct{}       { return c.t.Context.Done() }
+func (c awaitCtx) Err() error                  { return c.t.Context.Err() }
+func (c awaitCtx) Value(key any) any {
+	switch key {
+	case turnKey{}:
+		return nil
+	case callerKey{}:
+		return c.t
+	}
+	return c.t.Context.Value(key)
+}
+
+// checkDeadlock (called with o.mu held, taking no other lock) refuses a
+// wait for o's gate that could never end: the
+// gate's holder is t itself or one of the turns t is run for, or it waits,
+// through a chain of gates, for one of them. A turn whose code called out
+// with a context that is not its own cannot be seen through contexts; it
+// is found on the goroutine's stack instead (only when t would wait).
+func (o *object) checkDeadlock(t *turn) error {
+	mine := func(h *turn) bool {
+		for a := t; a != nil; a = a.parent {
+			if a == h {
+				return true
+			}
+		}
+		return false
+	}
+	h := o.holder.Load()
+	for range 64 {
+		if h == nil {
+			return nil
+		}
+		if mine(h) {
+			return o.deadlock(t)
+		}
+		next := h.waiting.Load()
+		if next == nil {
+			break
+		}
+		h = next.holder.Load()
+	}
+	if (t.parent != nil || o.qlen == 0) && hiddenCallers(t) {
+		return o.deadlock(t)
+	}
+	return nil
+}
+
+func (o *object) deadlock(t *turn) error {
+	return fmt.Errorf("%w (%s/%q); from inside a turn, pass the turn's context to calls", ErrDeadlock, o.ns.name, o.name)
+}
+
+// hiddenCallers reports whether the goroutine runs more turn segments than
+// t's chain of callers accounts for: a turn called out with a context that
+// is not its own, and keeps its gate closed while it waits.
+func hiddenCallers(t *turn) bool {
+	known := 0
+	for a := t.parent; a != nil; a = a.parent {
+		known++
+	}
+	var pcs [64]uintptr
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(3, pcs[:])])
+	n := 0
+	for {
+		f, more := frames.Next()
+		if strings.HasSuffix(f.Function, "core.(*object).invoke") {
+			n++
+		}
+		if !more {
+			break
+		}
+	}
+	return n > known
+}
