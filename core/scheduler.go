@@ -202,10 +202,6 @@ func (s *scheduler) loop() {
 	defer close(s.done)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	// The loop re-reads the clock at least this often, so that a shift
-	// of Options.Now is noticed.
-	recheck := time.NewTicker(time.Second)
-	defer recheck.Stop()
 	for {
 		s.mu.Lock()
 		now := s.rt.now().UnixNano()
@@ -242,7 +238,6 @@ func (s *scheduler) loop() {
 			return
 		case <-s.wake:
 		case <-tc:
-		case <-recheck.C:
 		}
 	}
 }

@@ -307,4 +307,3 @@ func (r *Row) Scan(dest ...any) error {
 
 // Err returns the error of the query, if it failed before any row.
 func (r *Row) Err() error { return r.err }
-

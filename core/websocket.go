@@ -235,8 +235,8 @@ type WebSocket struct {
 
 	noClose, noError bool // the object has no WebSocketClose, WebSocketError handler
 
-	autoAt atomic.Int64           // unix ns of the last auto-response
-	shut   atomic.Bool            // state != wsOpen, for checks without mu
+	autoAt atomic.Int64 // unix ns of the last auto-response
+	shut   atomic.Bool  // state != wsOpen, for checks without mu
 
 	// Guarded by the hub's mu.
 	group *wsGroup
