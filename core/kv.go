@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+
+	"github.com/durable-go/durable/core/internal/sqlstore"
 )
 
 // Limits of the KV API.
@@ -33,7 +35,7 @@ func (s *Storage) Get(ctx context.Context, key string) (v []byte, ok bool, err e
 	if err != nil {
 		return nil, false, err
 	}
-	err = st.queryInternal("SELECT value FROM _durable_kv WHERE key = ?", []any{key}, func(rows *sql.Rows) error {
+	err = st.QueryOwn("SELECT value FROM _durable_kv WHERE key = ?", []any{key}, func(rows *sql.Rows) error {
 		ok = true
 		return rows.Scan(&v)
 	})
@@ -61,7 +63,7 @@ func (s *Storage) Put(ctx context.Context, key string, value []byte) error {
 	if value == nil {
 		value = []byte{}
 	}
-	if err := st.execInternal("INSERT INTO _durable_kv(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value", key, value); err != nil {
+	if err := st.ExecOwn("INSERT INTO _durable_kv(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value", key, value); err != nil {
 		return fmt.Errorf("core: kv put: %w", err)
 	}
 	s.o.writes.Add(1)
@@ -74,7 +76,7 @@ func (s *Storage) Delete(ctx context.Context, key string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	res, err := st.execInternalResult("DELETE FROM _durable_kv WHERE key = ?", key)
+	res, err := st.ExecOwnResult("DELETE FROM _durable_kv WHERE key = ?", key)
 	if err != nil {
 		return false, fmt.Errorf("core: kv delete: %w", err)
 	}
@@ -91,13 +93,13 @@ func (s *Storage) List(ctx context.Context, prefix string, limit int) ([]Entry, 
 		return nil, err
 	}
 	var out []Entry
-	err = st.queryInternal("SELECT key, value FROM _durable_kv WHERE key >= ? ORDER BY key", []any{prefix}, func(rows *sql.Rows) error {
+	err = st.QueryOwn("SELECT key, value FROM _durable_kv WHERE key >= ? ORDER BY key", []any{prefix}, func(rows *sql.Rows) error {
 		var e Entry
 		if err := rows.Scan(&e.Key, &e.Value); err != nil {
 			return err
 		}
 		if !strings.HasPrefix(e.Key, prefix) || limit > 0 && len(out) >= limit {
-			return errStopRows
+			return sqlstore.ErrStop
 		}
 		out = append(out, e)
 		return nil

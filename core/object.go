@@ -47,6 +47,7 @@ type object struct {
 	inst      any
 	built     bool
 	store     *store
+	fresh     bool   // the runtime's tables are not set up in store yet
 	batch     *batch // open group-commit batch, nil when nothing is uncommitted
 	lastBatch int    // turns in the last batch committed
 	alarmRun  *alarmRun
@@ -250,7 +251,7 @@ func (o *object) closeRemoved(ch chan struct{}) error {
 	if o.store == nil {
 		return nil
 	}
-	err := o.store.close()
+	err := o.store.Close()
 	o.store = nil
 	return err
 }

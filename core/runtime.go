@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/durable-go/durable/core/internal/sqlstore"
 )
 
 // Options configure a Runtime. The zero value is ready to use: a private
@@ -171,7 +173,7 @@ type Runtime struct {
 
 // template returns the bytes of an empty object database, built once.
 func (rt *Runtime) template() ([]byte, error) {
-	rt.templateOnce.Do(func() { rt.templateBytes, rt.templateErr = buildTemplate(rt.dir) })
+	rt.templateOnce.Do(func() { rt.templateBytes, rt.templateErr = sqlstore.BuildTemplate(rt.dir, runtimeSchema) })
 	return rt.templateBytes, rt.templateErr
 }
 

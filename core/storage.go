@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"fmt"
 	"strings"
+
+	"github.com/durable-go/durable/core/internal/sqlstore"
 )
 
 // Storage is an object's own SQLite database, bound to its current turn.
@@ -40,6 +42,37 @@ func (s *Storage) Stats() StorageStats {
 	return StorageStats{RowsRead: s.o.reads.Load(), RowsWritten: s.o.writes.Load()}
 }
 
+// runtimeSchema is the runtime's own tables in every object database.
+const runtimeSchema = `CREATE TABLE IF NOT EXISTS _durable_meta(k TEXT PRIMARY KEY, v ANY) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS _durable_kv(key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;
+` + timersSchema
+
+type store = sqlstore.DB
+
+// openStore opens an object's database and brings the runtime's tables of
+// an earlier version up to date. fresh says they are not set up yet.
+func openStore(path, synchronous string, template func() ([]byte, error)) (st *store, fresh bool, err error) {
+	if st, err = sqlstore.Open(path, synchronous, "_durable_", template); err != nil {
+		return nil, false, err
+	}
+	var meta, timers, running int
+	err = st.QueryOwn(`SELECT (SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = '_durable_meta'),
+  (SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = '_durable_timers'),
+  (SELECT count(*) FROM pragma_table_xinfo('_durable_timers') WHERE name = 'running')`,
+		nil, func(r *sql.Rows) error { return r.Scan(&meta, &timers, &running) })
+	if err == nil && meta == 1 {
+		err = st.QueryOwn("SELECT count(*) FROM _durable_meta WHERE k = 'name'", nil, func(r *sql.Rows) error { return r.Scan(&meta) })
+	}
+	if err == nil && timers == 1 && running == 0 {
+		err = st.ExecOwn(timersUpgrade)
+	}
+	if err != nil {
+		st.Close()
+		return nil, false, err
+	}
+	return st, meta == 0, nil
+}
+
 // in returns t's database with its savepoint in place, if ctx marks a
 // running turn of the object.
 func (s *Storage) in(ctx context.Context) (*turn, *store, error) {
@@ -62,9 +95,7 @@ func (s *Storage) writer(ctx context.Context) (*store, error) {
 
 // sqlErr gives a failed user statement a clear error.
 func (s *Storage) sqlErr(st *store, query string, err error) error {
-	if st.denied != "" {
-		why := st.denied
-		st.denied = ""
+	if why := st.Denied(); why != "" {
 		return fmt.Errorf("%w: %s (in %q)", ErrSQLNotAllowed, why, short(query))
 	}
 	return fmt.Errorf("core: sql %q: %w", short(query), err)
@@ -85,7 +116,7 @@ func (s *Storage) Exec(ctx context.Context, query string, args ...any) (Result, 
 	if err != nil {
 		return Result{}, err
 	}
-	stmt, err := st.stmt(query)
+	stmt, err := st.Stmt(query)
 	if err != nil {
 		return Result{}, s.sqlErr(st, query, err)
 	}
@@ -94,7 +125,7 @@ func (s *Storage) Exec(ctx context.Context, query string, args ...any) (Result, 
 		return Result{}, s.sqlErr(st, query, err)
 	}
 	var r Result
-	switch firstKeyword(query) {
+	switch sqlstore.FirstKeyword(query) {
 	case "INSERT", "UPDATE", "DELETE", "REPLACE", "WITH":
 		r.RowsAffected, _ = res.RowsAffected()
 		r.LastInsertID, _ = res.LastInsertId()
@@ -111,12 +142,12 @@ func (s *Storage) Query(ctx context.Context, query string, args ...any) (*Rows, 
 	if err != nil {
 		return nil, err
 	}
-	switch firstKeyword(query) {
+	switch sqlstore.FirstKeyword(query) {
 	case "SELECT", "VALUES", "EXPLAIN", "PRAGMA":
 	default:
 		s.o.batch.dirty = true // INSERT ... RETURNING and the like
 	}
-	stmt, err := st.stmt(query)
+	stmt, err := st.Stmt(query)
 	if err != nil {
 		return nil, s.sqlErr(st, query, err)
 	}
@@ -147,7 +178,7 @@ func (s *Storage) Transaction(ctx context.Context, fn func() error) (err error) 
 	}
 	t.depth++
 	name := fmt.Sprintf("tx%d", t.depth)
-	if err := st.execInternal("SAVEPOINT " + name); err != nil {
+	if err := st.ExecOwn("SAVEPOINT " + name); err != nil {
 		t.depth--
 		return s.o.poison(err)
 	}
@@ -158,8 +189,8 @@ func (s *Storage) Transaction(ctx context.Context, fn func() error) (err error) 
 		}
 		// A panic or an error: undo fn's writes, keep the turn going.
 		t.depth--
-		if rerr := st.execInternal("ROLLBACK TO " + name); rerr == nil {
-			_ = st.execInternal("RELEASE " + name)
+		if rerr := st.ExecOwn("ROLLBACK TO " + name); rerr == nil {
+			_ = st.ExecOwn("RELEASE " + name)
 		}
 	}()
 	if err := fn(); err != nil {
@@ -167,7 +198,7 @@ func (s *Storage) Transaction(ctx context.Context, fn func() error) (err error) 
 	}
 	ok = true
 	t.depth--
-	if err := st.execInternal("RELEASE " + name); err != nil {
+	if err := st.ExecOwn("RELEASE " + name); err != nil {
 		return s.o.poison(err)
 	}
 	return nil
@@ -193,7 +224,7 @@ func (s *Storage) deleteAll(ctx context.Context, keepAlarm bool) error {
 	}
 	o := s.o
 	var drops []string
-	err = st.queryInternal(`SELECT type, name FROM sqlite_schema WHERE name NOT LIKE 'sqlite_%' AND name <> '_durable_meta' AND type IN ('table', 'view') ORDER BY type = 'table'`,
+	err = st.QueryOwn(`SELECT type, name FROM sqlite_schema WHERE name NOT LIKE 'sqlite_%' AND name <> '_durable_meta' AND type IN ('table', 'view') ORDER BY type = 'table'`,
 		nil, func(rows *sql.Rows) error {
 			var typ, name string
 			err := rows.Scan(&typ, &name)
@@ -212,7 +243,7 @@ func (s *Storage) deleteAll(ctx context.Context, keepAlarm bool) error {
 		}
 	}
 	for _, q := range append(drops, runtimeSchema) {
-		if err := st.execInternal(q); err != nil {
+		if err := st.ExecOwn(q); err != nil {
 			return fmt.Errorf("core: delete all: %w", err)
 		}
 	}
@@ -245,7 +276,7 @@ func (s *Storage) deleteAll(ctx context.Context, keepAlarm bool) error {
 			return fmt.Errorf("core: delete all: %w", err)
 		}
 	}
-	st.forgetStmts() // they may name dropped tables
+	st.ForgetStmts() // they may name dropped tables
 	return nil
 }
 

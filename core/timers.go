@@ -90,7 +90,7 @@ func (t *turn) putTimer(r timerRow) error {
 	if err != nil {
 		return err
 	}
-	if err := s.execInternal("INSERT OR REPLACE INTO _durable_timers("+timerCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+	if err := s.ExecOwn("INSERT OR REPLACE INTO _durable_timers("+timerCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
 		r.owner, r.key, r.at, r.retry, r.first, r.kind, r.payload, r.cron, r.missed, r.running); err != nil {
 		return err
 	}
@@ -110,7 +110,7 @@ func (t *turn) delTimers(owner, key string, all bool) (bool, error) {
 	if all {
 		q, args = "DELETE FROM _durable_timers WHERE owner = ? OR substr(owner, 1, ?) = ?", []any{owner, len(owner) + 1, owner + "/"}
 	}
-	res, err := s.execInternalResult(q, args...)
+	res, err := s.ExecOwnResult(q, args...)
 	if err != nil {
 		return false, err
 	}
@@ -125,7 +125,7 @@ func (t *turn) queryTimers(where string, args ...any) ([]timerRow, error) {
 		return nil, err
 	}
 	var out []timerRow
-	err = s.queryInternal("SELECT "+timerCols+" FROM _durable_timers WHERE "+where, args, func(rows *sql.Rows) error {
+	err = s.QueryOwn("SELECT "+timerCols+" FROM _durable_timers WHERE "+where, args, func(rows *sql.Rows) error {
 		var r timerRow
 		err := rows.Scan(&r.owner, &r.key, &r.at, &r.retry, &r.first, &r.kind, &r.payload, &r.cron, &r.missed, &r.running)
 		out = append(out, r)
@@ -160,7 +160,7 @@ func (t *turn) dueTimer(now int64, skip map[timerKey]bool) (timerRow, bool, erro
 // running one included (its run may not end), for the commit path.
 func (o *object) nextTimer() (alarmChange, error) {
 	var at sql.NullInt64
-	err := o.store.queryInternal("SELECT min(at) FROM _durable_timers", nil, func(rows *sql.Rows) error { return rows.Scan(&at) })
+	err := o.store.QueryOwn("SELECT min(at) FROM _durable_timers", nil, func(rows *sql.Rows) error { return rows.Scan(&at) })
 	return alarmChange{at: at.Int64, del: !at.Valid}, err
 }
 

@@ -288,36 +288,36 @@ func (t *turn) db() (*store, error) {
 	o := t.o
 	if o.store == nil {
 		o.ns.waitClosed(o.id)
-		st, err := openStore(o.place.db, o.rt.opts.Synchronous, o.rt.template)
+		st, fresh, err := openStore(o.place.db, o.rt.opts.Synchronous, o.rt.template)
 		if err != nil {
 			return nil, fmt.Errorf("core: open database: %w", err)
 		}
-		o.store = st
+		o.store, o.fresh = st, fresh
 		o.hasStore.Store(true)
 		o.rt.stats.openDBs.Add(1)
 		o.rt.shed()
 	}
 	st := o.store
 	if o.batch == nil {
-		if err := st.execInternal("BEGIN"); err != nil {
+		if err := st.ExecOwn("BEGIN"); err != nil {
 			return nil, o.poison(err)
 		}
 		o.batch = &batch{done: make(chan struct{})}
 		t.sp = spTx
-		if st.fresh {
-			err := st.execInternal(runtimeSchema)
+		if o.fresh {
+			err := st.ExecOwn(runtimeSchema)
 			if err == nil {
-				err = st.execInternal(`INSERT OR IGNORE INTO _durable_meta(k, v) VALUES ('namespace', ?), ('name', ?)`, o.ns.name, o.name)
+				err = st.ExecOwn(`INSERT OR IGNORE INTO _durable_meta(k, v) VALUES ('namespace', ?), ('name', ?)`, o.ns.name, o.name)
 			}
 			if err != nil {
 				return nil, o.poison(err)
 			}
-			st.fresh = false
+			o.fresh = false
 			o.batch.dirty, o.batch.initMeta = true, true
 		}
 	}
 	if t.sp == spNone {
-		if err := st.execInternal("SAVEPOINT turn"); err != nil {
+		if err := st.ExecOwn("SAVEPOINT turn"); err != nil {
 			return nil, o.poison(err)
 		}
 		t.sp = spSavepoint
@@ -361,17 +361,17 @@ func (t *turn) endSegment(failed bool) error {
 		b := o.batch
 		o.batch = nil
 		if b.initMeta {
-			o.store.fresh = true
+			o.fresh = true
 		}
-		err = o.store.execInternal("ROLLBACK")
+		err = o.store.ExecOwn("ROLLBACK")
 		close(b.done)
 	case failed:
-		err = o.store.execInternal("ROLLBACK TO turn")
+		err = o.store.ExecOwn("ROLLBACK TO turn")
 		if err == nil {
-			err = o.store.execInternal("RELEASE turn")
+			err = o.store.ExecOwn("RELEASE turn")
 		}
 	case sp == spSavepoint:
-		err = o.store.execInternal("RELEASE turn")
+		err = o.store.ExecOwn("RELEASE turn")
 	}
 	t.sp = spNone
 	if err != nil {
@@ -432,7 +432,7 @@ func (o *object) commit() error {
 		}
 	}
 	if err == nil {
-		err = o.store.execInternal("COMMIT")
+		err = o.store.ExecOwn("COMMIT")
 	}
 	o.batch = nil
 	if err != nil {
@@ -465,7 +465,7 @@ func (o *object) poison(cause error) error {
 		close(b.done)
 	}
 	if o.store != nil {
-		o.store.close()
+		o.store.Close()
 		o.store = nil
 		o.hasStore.Store(false)
 		o.rt.stats.openDBs.Add(-1)

@@ -1,4 +1,10 @@
-package core
+// Package sqlstore is one SQLite database file used by one owner at a
+// time: a single connection, caches of prepared statements (the owner's
+// and its user's, kept apart), and an authorizer that keeps transaction
+// control, attached databases, settings and the owner's own tables (those
+// named with a prefix) out of reach of user SQL. New databases start as a
+// copy of a template file. It knows nothing of what the owner stores.
+package sqlstore
 
 import (
 	"context"
@@ -17,35 +23,28 @@ import (
 // maxCachedStmts bounds each database's prepared-statement cache.
 const maxCachedStmts = 256
 
-// store is an object's open database: one SQLite connection, its prepared
-// statements, and the authorizer that keeps transaction control with the
-// runtime. It is used only by the gate holder.
-type store struct {
+// DB is an open database. It is used by one goroutine at a time.
+type DB struct {
 	db       *sql.DB
 	conn     *sql.Conn
+	prefix   string               // names of the owner's tables
 	stmts    map[string]*sql.Stmt // user statements
-	own      map[string]*sql.Stmt // the runtime's statements, kept apart so user SQL never reuses one
-	internal bool                 // the runtime's own statement is running: authorize all
+	own      map[string]*sql.Stmt // the owner's statements, kept apart so user SQL never reuses one
+	internal bool                 // the owner's own statement is running: authorize all
 	denied   string               // why the authorizer refused the last user statement
-	fresh    bool                 // the runtime's tables do not exist yet
 }
 
-// runtimeSchema is the runtime's own tables in every object database.
-const runtimeSchema = `CREATE TABLE IF NOT EXISTS _durable_meta(k TEXT PRIMARY KEY, v ANY) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS _durable_kv(key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;
-` + timersSchema
-
-// buildTemplate returns the bytes of an empty object database: WAL mode
-// and the runtime's tables. New objects start as a copy of it, which costs
-// one file write and two fsyncs instead of SQLite's journaled creation.
-func buildTemplate(dir string) ([]byte, error) {
+// BuildTemplate returns the bytes of an empty database in WAL mode holding
+// schema. New databases start as a copy of it, which costs one file write
+// and two fsyncs instead of SQLite's journaled creation.
+func BuildTemplate(dir, schema string) ([]byte, error) {
 	path := filepath.Join(dir, "_template.sqlite")
 	os.Remove(path)
 	db, err := sql.Open("sqlite", (&url.URL{Scheme: "file", Path: path}).String()+"?_pragma=journal_mode(WAL)")
 	if err != nil {
 		return nil, err
 	}
-	_, err = db.Exec(runtimeSchema)
+	_, err = db.Exec(schema)
 	if cerr := db.Close(); err == nil {
 		err = cerr
 	}
@@ -57,7 +56,7 @@ func buildTemplate(dir string) ([]byte, error) {
 		os.Remove(path + suffix)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("core: database template: %w", err)
+		return nil, fmt.Errorf("database template: %w", err)
 	}
 	return b, nil
 }
@@ -112,9 +111,10 @@ func ensureDir(dir string) error {
 	return err
 }
 
-// openStore opens the database at path, creating it from template if it
-// does not exist.
-func openStore(path, synchronous string, template func() ([]byte, error)) (*store, error) {
+// Open opens the database at path, creating it from template if it does
+// not exist. Tables named with prefix belong to the owner: user SQL may
+// not change them.
+func Open(path, synchronous, prefix string, template func() ([]byte, error)) (*DB, error) {
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 		t, err := template()
 		if err != nil {
@@ -134,16 +134,15 @@ func openStore(path, synchronous string, template func() ([]byte, error)) (*stor
 	}
 	db.SetMaxOpenConns(1)
 	db.SetMaxIdleConns(1)
-	s := &store{db: db, stmts: make(map[string]*sql.Stmt), own: make(map[string]*sql.Stmt)}
-	ctx := context.Background()
-	if s.conn, err = db.Conn(ctx); err != nil {
+	s := &DB{db: db, prefix: prefix, stmts: make(map[string]*sql.Stmt), own: make(map[string]*sql.Stmt)}
+	if s.conn, err = db.Conn(context.Background()); err != nil {
 		db.Close()
 		return nil, err
 	}
 	err = s.conn.Raw(func(dc any) error {
 		r, ok := dc.(sqlite.AuthorizerRegisterer)
 		if !ok {
-			return fmt.Errorf("core: sqlite driver has no authorizer")
+			return fmt.Errorf("sqlite driver has no authorizer")
 		}
 		if err := r.RegisterAuthorizer(s.authorize); err != nil {
 			return err
@@ -156,29 +155,15 @@ func openStore(path, synchronous string, template func() ([]byte, error)) (*stor
 		}
 		return nil
 	})
-	if err == nil {
-		s.internal = true
-		var meta, timers, running int
-		err = s.conn.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = '_durable_meta'),
-  (SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = '_durable_timers'),
-  (SELECT count(*) FROM pragma_table_xinfo('_durable_timers') WHERE name = 'running')`).Scan(&meta, &timers, &running)
-		if err == nil && meta == 1 {
-			err = s.conn.QueryRowContext(ctx, "SELECT count(*) FROM _durable_meta WHERE k = 'name'").Scan(&meta)
-		}
-		if err == nil && timers == 1 && running == 0 {
-			_, err = s.conn.ExecContext(ctx, timersUpgrade)
-		}
-		s.fresh = meta == 0
-		s.internal = false
-	}
 	if err != nil {
-		s.close()
+		s.Close()
 		return nil, err
 	}
 	return s, nil
 }
 
-func (s *store) close() error {
+// Close closes the statements and the database.
+func (s *DB) Close() error {
 	for _, st := range s.stmts {
 		st.Close()
 	}
@@ -193,17 +178,17 @@ func (s *store) close() error {
 	return err
 }
 
-// stmt returns the prepared user statement for query, preparing it once.
-func (s *store) stmt(query string) (*sql.Stmt, error) {
+// Stmt returns the prepared user statement for query, preparing it once.
+func (s *DB) Stmt(query string) (*sql.Stmt, error) {
 	return s.prepare(s.stmts, query)
 }
 
 // ownStmt returns the prepared runtime statement for query.
-func (s *store) ownStmt(query string) (*sql.Stmt, error) {
+func (s *DB) ownStmt(query string) (*sql.Stmt, error) {
 	return s.prepare(s.own, query)
 }
 
-func (s *store) prepare(cache map[string]*sql.Stmt, query string) (*sql.Stmt, error) {
+func (s *DB) prepare(cache map[string]*sql.Stmt, query string) (*sql.Stmt, error) {
 	if st, ok := cache[query]; ok {
 		return st, nil
 	}
@@ -222,13 +207,14 @@ func (s *store) prepare(cache map[string]*sql.Stmt, query string) (*sql.Stmt, er
 	return st, nil
 }
 
-// execInternal runs one of the runtime's own statements.
-func (s *store) execInternal(query string, args ...any) error {
-	_, err := s.execInternalResult(query, args...)
+// ExecOwn runs one of the owner's own statements.
+func (s *DB) ExecOwn(query string, args ...any) error {
+	_, err := s.ExecOwnResult(query, args...)
 	return err
 }
 
-func (s *store) execInternalResult(query string, args ...any) (sql.Result, error) {
+// ExecOwnResult is ExecOwn with the statement's result.
+func (s *DB) ExecOwnResult(query string, args ...any) (sql.Result, error) {
 	s.internal = true
 	defer func() { s.internal = false }()
 	st, err := s.ownStmt(query)
@@ -238,12 +224,11 @@ func (s *store) execInternalResult(query string, args ...any) (sql.Result, error
 	return st.Exec(args...)
 }
 
-// errStopRows ends queryInternal's scan early, without an error.
-var errStopRows = errors.New("stop")
+// ErrStop ends QueryOwn's scan early, without an error.
+var ErrStop = errors.New("stop")
 
-// queryInternal runs one of the runtime's own queries and hands each row
-// to scan.
-func (s *store) queryInternal(query string, args []any, scan func(*sql.Rows) error) error {
+// QueryOwn runs one of the owner's own queries and hands each row to scan.
+func (s *DB) QueryOwn(query string, args []any, scan func(*sql.Rows) error) error {
 	s.internal = true
 	defer func() { s.internal = false }()
 	st, err := s.ownStmt(query)
@@ -256,7 +241,7 @@ func (s *store) queryInternal(query string, args []any, scan func(*sql.Rows) err
 	}
 	defer rows.Close()
 	for rows.Next() {
-		if err := scan(rows); err == errStopRows {
+		if err := scan(rows); err == ErrStop {
 			return nil
 		} else if err != nil {
 			return err
@@ -265,8 +250,8 @@ func (s *store) queryInternal(query string, args []any, scan func(*sql.Rows) err
 	return rows.Err()
 }
 
-// forgetStmts closes the cached user statements.
-func (s *store) forgetStmts() {
+// ForgetStmts closes the cached user statements (after a schema change).
+func (s *DB) ForgetStmts() {
 	for q, stmt := range s.stmts {
 		stmt.Close()
 		delete(s.stmts, q)
@@ -289,10 +274,18 @@ var (
 	}
 )
 
+// Denied returns why the authorizer refused the last user statement, or
+// "", and forgets it.
+func (s *DB) Denied() string {
+	why := s.denied
+	s.denied = ""
+	return why
+}
+
 // authorize is SQLite's authorizer for user statements: transaction control,
 // attached databases, pragmas that change settings and writes to the
-// runtime's tables are refused, with the reason kept for the error.
-func (s *store) authorize(action sqlite.AuthorizerActionCode, arg1, arg2, _, _ string) sqlite.AuthorizerReturnCode {
+// owner's tables are refused, with the reason kept for the error.
+func (s *DB) authorize(action sqlite.AuthorizerActionCode, arg1, arg2, _, _ string) sqlite.AuthorizerReturnCode {
 	if s.internal {
 		return sqlite.AuthorizerOK
 	}
@@ -311,24 +304,24 @@ func (s *store) authorize(action sqlite.AuthorizerActionCode, arg1, arg2, _, _ s
 		}
 		return deny(fmt.Sprintf("PRAGMA %s is not available: the runtime owns the database's settings", arg1))
 	case sqlite.AuthInsert, sqlite.AuthUpdate, sqlite.AuthDelete, sqlite.AuthCreateTable, sqlite.AuthDropTable:
-		if isRuntimeTable(arg1) {
+		if s.owned(arg1) {
 			return deny(fmt.Sprintf("table %s belongs to the runtime", arg1))
 		}
 	case sqlite.AuthAlterTable, sqlite.AuthCreateIndex, sqlite.AuthDropIndex, sqlite.AuthCreateTrigger, sqlite.AuthDropTrigger:
-		if isRuntimeTable(arg2) {
+		if s.owned(arg2) {
 			return deny(fmt.Sprintf("table %s belongs to the runtime", arg2))
 		}
 	}
 	return sqlite.AuthorizerOK
 }
 
-func isRuntimeTable(name string) bool {
-	return strings.HasPrefix(strings.ToLower(name), "_durable_")
+func (s *DB) owned(name string) bool {
+	return strings.HasPrefix(strings.ToLower(name), s.prefix)
 }
 
-// firstKeyword returns the first SQL keyword of query, upper-cased, after
+// FirstKeyword returns the first SQL keyword of query, upper-cased, after
 // white space and comments.
-func firstKeyword(query string) string {
+func FirstKeyword(query string) string {
 	q := query
 	for {
 		q = strings.TrimLeft(q, " \t\r\n;")
