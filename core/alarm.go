@@ -7,6 +7,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"time"
+
+	"github.com/durable-go/durable/core/internal/alarmindex"
 )
 
 // Alarmer is implemented by objects that receive their alarm. The runtime
@@ -275,7 +277,7 @@ func (o *object) deliver(t *turn, run *alarmRun, row timerRow) error {
 			Scheduled: time.Unix(0, row.first), Attempts: row.retry + 1,
 			LastError: remoteCause(herr).Error(), Dropped: now,
 		}
-		if dl.Seq, err = o.rt.sched.ix.addDeadLetter(dl); err != nil {
+		if dl.Seq, err = o.rt.sched.ix.AddLetter(alarmindex.Letter(dl)); err != nil {
 			return err
 		}
 		t.emit(effect{fn: func(committed bool) {

@@ -45,29 +45,12 @@ func (rt *Runtime) DeadLetters() ([]DeadLetter, error) {
 	if rt.isClosed.Load() {
 		return nil, ErrClosed
 	}
-	ix := rt.sched.ix
-	if err := ix.do(ixOp{}, true); err != nil { // see our own writes
-		return nil, err
+	ls, err := rt.sched.ix.Letters()
+	out := make([]DeadLetter, len(ls))
+	for i, l := range ls {
+		out[i] = DeadLetter(l)
 	}
-	ix.connMu.Lock()
-	defer ix.connMu.Unlock()
-	rows, err := ix.conn.QueryContext(context.Background(),
-		"SELECT seq, ns, name, id, path, key, kind, payload, scheduled, attempts, last_error, dropped FROM dead_letters ORDER BY seq")
-	if err != nil {
-		return nil, fmt.Errorf("core: dead letters: %w", err)
-	}
-	defer rows.Close()
-	var out []DeadLetter
-	for rows.Next() {
-		var dl DeadLetter
-		var sched, dropped int64
-		if err := rows.Scan(&dl.Seq, &dl.Namespace, &dl.Name, &dl.ObjectID, &dl.Path, &dl.Key, &dl.Kind, &dl.Payload, &sched, &dl.Attempts, &dl.LastError, &dropped); err != nil {
-			return nil, fmt.Errorf("core: dead letters: %w", err)
-		}
-		dl.Scheduled, dl.Dropped = time.Unix(0, sched), time.Unix(0, dropped)
-		out = append(out, dl)
-	}
-	return out, rows.Err()
+	return out, err
 }
 
 // Rearm arms the dead letter's timer again at at, its retry count back to
@@ -117,7 +100,7 @@ func (rt *Runtime) Rearm(ctx context.Context, seq int64, at time.Time) error {
 		})
 	})
 	if err == nil {
-		err = rt.sched.ix.do(ixOp{kind: ixUndead, seq: seq}, true)
+		err = rt.sched.ix.RemoveLetter(seq)
 	}
 	if err != nil {
 		return fail(err)

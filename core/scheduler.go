@@ -2,13 +2,11 @@ package core
 
 import (
 	"container/heap"
-	"context"
-	"database/sql"
-	"fmt"
-	"net/url"
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/durable-go/durable/core/internal/alarmindex"
 )
 
 // scheduler fires alarms. It keeps one entry per object with a pending
@@ -22,7 +20,7 @@ import (
 // lose an alarm.
 type scheduler struct {
 	rt *Runtime
-	ix *index
+	ix *alarmindex.Index
 
 	mu     sync.Mutex // protects h, byKey, parked
 	h      entryHeap
@@ -64,7 +62,7 @@ func (h *entryHeap) Pop() any {
 }
 
 func newScheduler(rt *Runtime) (*scheduler, error) {
-	ix, err := openIndex(filepath.Join(rt.dir, "_runtime.sqlite"))
+	ix, err := alarmindex.Open(filepath.Join(rt.dir, "_runtime.sqlite"))
 	if err != nil {
 		return nil, err
 	}
@@ -78,13 +76,13 @@ func newScheduler(rt *Runtime) (*scheduler, error) {
 		stop:   make(chan struct{}),
 		done:   make(chan struct{}),
 	}
-	err = ix.load(func(ns, id, name string, at int64) {
+	err = ix.Load(func(ns, id, name string, at int64) {
 		e := &entry{at: at, indexAt: at, ns: ns, id: id, name: name, idx: -1}
 		s.byKey[alarmKey{ns, id}] = e
 		heap.Push(&s.h, e)
 	})
 	if err != nil {
-		ix.close()
+		ix.Close()
 		return nil, err
 	}
 	s.wg.Add(1)
@@ -131,7 +129,7 @@ func (s *scheduler) ensureIndexed(ns, id, name string, at int64) error {
 		return nil
 	}
 	s.mu.Unlock()
-	if err := s.ix.do(ixOp{kind: ixUpsert, ns: ns, id: id, name: name, at: at}, true); err != nil {
+	if err := s.ix.Upsert(ns, id, name, at, true); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -158,7 +156,7 @@ func (s *scheduler) committed(ns, id, name string, c alarmChange) {
 		}
 		s.mu.Unlock()
 		if e != nil && e.indexAt != 0 {
-			_ = s.ix.do(ixOp{kind: ixDelete, ns: ns, id: id}, false)
+			s.ix.Delete(ns, id)
 		}
 		return
 	}
@@ -169,7 +167,7 @@ func (s *scheduler) committed(ns, id, name string, c alarmChange) {
 	e.indexAt = c.at
 	s.mu.Unlock()
 	if lazy { // index is already early enough; make it exact when convenient
-		_ = s.ix.do(ixOp{kind: ixUpsert, ns: ns, id: id, name: name, at: c.at}, false)
+		_ = s.ix.Upsert(ns, id, name, c.at, false)
 	}
 }
 
@@ -250,7 +248,7 @@ func (s *scheduler) flusher() {
 		select {
 		case <-s.stop:
 			return
-		case <-s.ix.pending:
+		case <-s.ix.Pending():
 		}
 		// Let more lazy changes gather, then write them in one commit.
 		t := time.NewTimer(100 * time.Millisecond)
@@ -260,7 +258,7 @@ func (s *scheduler) flusher() {
 			return
 		case <-t.C:
 		}
-		if err := s.ix.do(ixOp{}, true); err != nil {
+		if err := s.ix.Flush(); err != nil {
 			s.rt.log.Warn("alarm index write failed", "event", "index_fault", "error", err)
 		}
 	}
@@ -320,210 +318,9 @@ func (s *scheduler) closeLoop() error {
 
 // closeIndex writes what is pending and closes the index.
 func (s *scheduler) closeIndex() error {
-	err := s.ix.do(ixOp{}, true)
-	if cerr := s.ix.close(); err == nil {
+	err := s.ix.Flush()
+	if cerr := s.ix.Close(); err == nil {
 		err = cerr
 	}
 	return err
-}
-
-// index is the runtime's own database: where alarms are due, and the
-// dead letters. Writes are group-committed: a durable write waits for a
-// commit that may carry many others.
-type index struct {
-	db   *sql.DB
-	conn *sql.Conn
-
-	mu       sync.Mutex // protects cur and flushing
-	cur      *ixBatch   // ops waiting for the next commit
-	flushing bool       // a leader is committing
-
-	pending chan struct{} // signalled when a lazy change waits to be written
-
-	connMu sync.Mutex // serializes use of conn and stmts
-	stmts  map[ixKind]*sql.Stmt
-}
-
-var ixQueries = map[ixKind]string{
-	ixUpsert: "INSERT INTO alarms(ns, id, name, at) VALUES (?, ?, ?, ?) ON CONFLICT(ns, id) DO UPDATE SET at = excluded.at",
-	ixDelete: "DELETE FROM alarms WHERE ns = ? AND id = ?",
-	ixDead: "INSERT INTO dead_letters(ns, name, id, path, key, kind, payload, scheduled, attempts, last_error, dropped) " +
-		"VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
-	ixUndead: "DELETE FROM dead_letters WHERE seq = ?",
-}
-
-type ixKind int
-
-const (
-	ixNone ixKind = iota
-	ixUpsert
-	ixDelete
-	ixDead
-	ixUndead
-)
-
-type ixOp struct {
-	kind   ixKind
-	ns, id string
-	name   string
-	at     int64
-	dl     *DeadLetter
-	seq    int64
-}
-
-type ixBatch struct {
-	ops  []ixOp
-	done chan struct{}
-	err  error
-}
-
-func openIndex(path string) (*index, error) {
-	u := url.URL{Scheme: "file", Path: path}
-	db, err := sql.Open("sqlite", u.String()+"?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(10000)")
-	if err != nil {
-		return nil, err
-	}
-	db.SetMaxOpenConns(1)
-	conn, err := db.Conn(context.Background())
-	if err == nil {
-		_, err = conn.ExecContext(context.Background(), `
-CREATE TABLE IF NOT EXISTS alarms(ns TEXT NOT NULL, id TEXT NOT NULL, name TEXT NOT NULL, at INTEGER NOT NULL, PRIMARY KEY(ns, id)) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS dead_letters(seq INTEGER PRIMARY KEY AUTOINCREMENT, ns TEXT NOT NULL, name TEXT NOT NULL,
-  id TEXT NOT NULL, path TEXT NOT NULL, key TEXT NOT NULL, kind TEXT NOT NULL, payload BLOB,
-  scheduled INTEGER NOT NULL, attempts INTEGER NOT NULL, last_error TEXT NOT NULL, dropped INTEGER NOT NULL)`)
-	}
-	ix := &index{db: db, conn: conn, stmts: make(map[ixKind]*sql.Stmt), pending: make(chan struct{}, 1)}
-	for k, q := range ixQueries {
-		if err != nil {
-			break
-		}
-		ix.stmts[k], err = conn.PrepareContext(context.Background(), q)
-	}
-	if err != nil {
-		db.Close()
-		return nil, fmt.Errorf("core: open runtime index: %w", err)
-	}
-	return ix, nil
-}
-
-func (ix *index) close() error {
-	ix.connMu.Lock()
-	defer ix.connMu.Unlock()
-	for _, st := range ix.stmts {
-		st.Close()
-	}
-	err := ix.conn.Close()
-	if cerr := ix.db.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
-func (ix *index) load(fn func(ns, id, name string, at int64)) error {
-	ix.connMu.Lock()
-	defer ix.connMu.Unlock()
-	rows, err := ix.conn.QueryContext(context.Background(), "SELECT ns, id, name, at FROM alarms")
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var ns, id, name string
-		var at int64
-		if err := rows.Scan(&ns, &id, &name, &at); err != nil {
-			return err
-		}
-		fn(ns, id, name, at)
-	}
-	return rows.Err()
-}
-
-// do queues op (ixNone: nothing, just flush). With wait, it returns once
-// op is durable; without, op is written with the next commit.
-func (ix *index) do(op ixOp, wait bool) error { return ix.doOp(op, wait) }
-
-func (ix *index) doOp(op ixOp, wait bool) error {
-	ix.mu.Lock()
-	if ix.cur == nil {
-		ix.cur = &ixBatch{done: make(chan struct{})}
-	}
-	b := ix.cur
-	if op.kind != ixNone {
-		b.ops = append(b.ops, op)
-	}
-	if !wait {
-		ix.mu.Unlock()
-		select { // wake the flusher
-		case ix.pending <- struct{}{}:
-		default:
-		}
-		return nil
-	}
-	if ix.flushing { // the leader will commit our batch after its own
-		ix.mu.Unlock()
-		<-b.done
-		return b.err
-	}
-	ix.flushing = true
-	for ix.cur != nil {
-		cb := ix.cur
-		ix.cur = nil
-		ix.mu.Unlock()
-		cb.err = ix.write(cb.ops)
-		close(cb.done)
-		ix.mu.Lock()
-	}
-	ix.flushing = false
-	ix.mu.Unlock()
-	return b.err
-}
-
-func (ix *index) write(ops []ixOp) (err error) {
-	ix.connMu.Lock()
-	defer ix.connMu.Unlock()
-	ctx := context.Background()
-	tx, err := ix.conn.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("core: runtime index: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			tx.Rollback()
-		}
-	}()
-	for i := range ops {
-		op := &ops[i]
-		if op.kind == ixNone {
-			continue
-		}
-		st := tx.StmtContext(ctx, ix.stmts[op.kind])
-		switch op.kind {
-		case ixUpsert:
-			_, err = st.ExecContext(ctx, op.ns, op.id, op.name, op.at)
-		case ixDelete:
-			_, err = st.ExecContext(ctx, op.ns, op.id)
-		case ixDead:
-			dl := op.dl
-			err = st.QueryRowContext(ctx, dl.Namespace, dl.Name, dl.ObjectID, dl.Path, dl.Key, dl.Kind, dl.Payload,
-				dl.Scheduled.UnixNano(), dl.Attempts, dl.LastError, dl.Dropped.UnixNano()).Scan(&dl.Seq)
-		case ixUndead:
-			_, err = st.ExecContext(ctx, op.seq)
-		}
-		if err != nil {
-			return fmt.Errorf("core: runtime index: %w", err)
-		}
-	}
-	if err = tx.Commit(); err != nil {
-		return fmt.Errorf("core: runtime index: %w", err)
-	}
-	return nil
-}
-
-// addDeadLetter writes dl durably and returns its sequence number.
-func (ix *index) addDeadLetter(dl DeadLetter) (int64, error) {
-	d := dl
-	if err := ix.do(ixOp{kind: ixDead, dl: &d}, true); err != nil {
-		return 0, err
-	}
-	return d.Seq, nil
 }
