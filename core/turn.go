@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/durable-go/durable/core/internal/wsconn"
 )
 
 // A turn is one call's (or one event's) run on an object, and this file is
@@ -125,7 +127,7 @@ type effect struct {
 	kind effectKind
 	ws   *WebSocket
 	msg  Message
-	end  *wsEnd
+	end  *wsconn.End
 	fn   func(committed bool)
 }
 
@@ -163,12 +165,12 @@ func release(effects []effect, committed bool) {
 			e.fn(committed)
 		case !committed:
 			if e.kind == effAccept {
-				e.ws.startClose(&wsEnd{code: CloseInternalError, reason: "accept rolled back"})
+				e.ws.c.StartClose(&wsconn.End{Code: CloseInternalError, Reason: "accept rolled back"})
 			}
 		case e.kind == effSend:
-			e.ws.enqueue(e.msg)
+			e.ws.c.Enqueue(wsconn.Frame(e.msg))
 		case e.kind == effClose:
-			e.ws.startClose(e.end)
+			e.ws.c.StartClose(e.end)
 		}
 	}
 }

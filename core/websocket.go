@@ -12,7 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/gorilla/websocket"
+	"github.com/durable-go/durable/core/internal/wsconn"
 )
 
 // Limits of the WebSocket API (those of the original runtime).
@@ -30,6 +30,7 @@ const (
 	CloseGoingAway     = 1001 // the runtime is shutting down (Runtime.Close)
 	CloseNoStatus      = 1005 // reported to WebSocketClose: the peer's Close frame had no code
 	CloseAbnormal      = 1006 // reported to WebSocketClose: the connection dropped without a Close frame
+	CloseInvalidText   = 1007 // a text message that is not valid UTF-8
 	CloseMessageTooBig = 1009 // a message over Options.WebSocketMaxMessage
 	CloseInternalError = 1011 // a handler failed, or the turn that accepted the connection did
 	CloseTryAgainLater = 1013 // the client fell behind its send queue, or the object's queue was full
@@ -44,6 +45,11 @@ var (
 	// did not read fast enough: Options.WebSocketSendQueue messages were
 	// waiting for it. The connection was closed with 1013.
 	ErrSlowClient = errors.New("core: websocket client too slow: send queue full")
+
+	// ErrInvalidText is the cause reported to WebSocketError when a client
+	// sent a text message that is not valid UTF-8. The message was not
+	// delivered, and the connection was closed with 1007.
+	ErrInvalidText = errors.New("core: websocket text message is not valid UTF-8")
 
 	// ErrBadHandshake is returned by AcceptWebSocket when the request is not
 	// a valid WebSocket upgrade or its Origin is not allowed. The HTTP error
@@ -88,7 +94,8 @@ type WebSocketCloseHandler interface {
 
 // WebSocketErrorHandler is implemented by objects that want to know when
 // the runtime closed one of their connections because of an error: a
-// message over the size limit (ErrTooLarge, closed with 1009), a client too
+// message over the size limit (ErrTooLarge, closed with 1009), a text
+// message that is not valid UTF-8 (ErrInvalidText, 1007), a client too
 // slow to keep up (ErrSlowClient, 1013), or a protocol violation (1002).
 // As for WebSocketClose, the attachment is readable during the handler.
 type WebSocketErrorHandler interface {
@@ -122,19 +129,20 @@ func (st *State) AcceptWebSocket(ctx context.Context, w http.ResponseWriter, r *
 		}
 	}
 	rt := o.rt
-	hw := &wsHijack{ResponseWriter: w}
-	c, err := rt.ws.upgrader(rt).Upgrade(hw, r, nil)
+	ws := &WebSocket{rt: rt, ns: o.ns, name: o.name, id: o.id, tags: slices.Clone(tags)}
+	ws.c, err = wsconn.Upgrade(rt.ws.upgrader(rt), w, r, wsconn.Options{
+		ReadLimit: rt.opts.WebSocketMaxMessage, Queue: rt.opts.WebSocketSendQueue,
+		Slow: ErrSlowClient, BadText: ErrInvalidText, OnClose: func() { rt.ws.unlist(ws) },
+	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadHandshake, err)
 	}
-	c.SetReadLimit(rt.opts.WebSocketMaxMessage)
-	ws := &WebSocket{rt: rt, ns: o.ns, name: o.name, id: o.id, conn: c, raw: hw.conn, tags: slices.Clone(tags)}
 	// An object with no handler for an event is not woken for it.
 	_, noClose := o.inst.(WebSocketCloseHandler)
 	_, noError := o.inst.(WebSocketErrorHandler)
 	ws.noClose, ws.noError = !noClose && o.inst != nil, !noError && o.inst != nil
 	if err := rt.ws.add(ws); err != nil {
-		c.Close()
+		ws.c.Drop()
 		return nil, err
 	}
 	t.emit(effect{kind: effAccept, ws: ws})
@@ -211,6 +219,7 @@ func (st *State) SetWebSocketAutoResponse(request, response string) error {
 //
 //	1001 CloseGoingAway      Runtime.Close: every connection, on shutdown (R8)
 //	1002                     the client broke the protocol
+//	1007 CloseInvalidText    a text message that is not valid UTF-8 (never delivered)
 //	1009 CloseMessageTooBig  a message over Options.WebSocketMaxMessage (1 MiB)
 //	1011 CloseInternalError  the message handler failed; the accepting turn failed
 //	1013 CloseTryAgainLater  the client fell Options.WebSocketSendQueue (256)
@@ -229,45 +238,20 @@ type WebSocket struct {
 	ns   *namespace
 	name string // the owning object's name
 	id   string // and id
-	conn *websocket.Conn
-	raw  *corkConn
+	c    *wsconn.Conn
 	tags []string
 
 	noClose, noError bool // the object has no WebSocketClose, WebSocketError handler
 
 	autoAt atomic.Int64 // unix ns of the last auto-response
-	shut   atomic.Bool  // state != wsOpen, for checks without mu
 
 	// Guarded by the hub's mu.
 	group *wsGroup
 	slot  int // index in group.conns, -1 once unlisted
 
-	mu       sync.Mutex // protects the fields below
-	state    wsState
-	end      *wsEnd    // why the runtime or the object closes it
-	queue    []Message // waiting for the writer, at most Options.WebSocketSendQueue
-	writing  bool      // a writer goroutine runs
-	closeMsg []byte    // a Close frame to write once the queue is empty
-	broken   bool      // a write failed: the connection is being torn down
-	attach   []byte    // the attachment, as JSON
-	writers  sync.WaitGroup
-}
-
-type wsState uint8
-
-const (
-	wsOpen    wsState = iota
-	wsClosing         // a close is under way: no more sends, no longer listed
-	wsClosed          // over: the attachment is gone
-)
-
-// wsEnd says why and how a connection is closed from this side.
-type wsEnd struct {
-	code   int
-	reason string
-	err    error // reported to WebSocketError when notify is set
-	notify bool
-	drop   bool // drop the messages still queued (the client is too slow for them)
+	mu     sync.Mutex // protects the fields below
+	closed bool       // over: the attachment is gone
+	attach []byte     // the attachment, as JSON
 }
 
 // Send queues m for the client. The runtime writes it from the
@@ -285,7 +269,7 @@ func (ws *WebSocket) Send(ctx context.Context, m Message) error {
 	if t == nil {
 		return ErrNotInTurn
 	}
-	if !ws.open() {
+	if !ws.c.Open() {
 		return ErrWebSocketClosed
 	}
 	t.emit(effect{kind: effSend, ws: ws, msg: m})
@@ -313,10 +297,10 @@ func (ws *WebSocket) Close(ctx context.Context, code int, reason string) error {
 	if len(reason) > 123 || !utf8.ValidString(reason) {
 		return errors.New("core: websocket close reason must be valid UTF-8 of at most 123 bytes")
 	}
-	if !ws.open() {
+	if !ws.c.Open() {
 		return ErrWebSocketClosed
 	}
-	t.emit(effect{kind: effClose, ws: ws, end: &wsEnd{code: code, reason: reason}})
+	t.emit(effect{kind: effClose, ws: ws, end: &wsconn.End{Code: code, Reason: reason}})
 	return nil
 }
 
@@ -338,7 +322,7 @@ func (ws *WebSocket) SerializeAttachment(v any) error {
 	}
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
-	if ws.state == wsClosed {
+	if ws.closed {
 		return ErrWebSocketClosed
 	}
 	ws.attach = b
@@ -360,7 +344,7 @@ func (ws *WebSocket) DeserializeAttachment(v any) error {
 func (ws *WebSocket) Attachment() (json.RawMessage, error) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
-	if ws.state == wsClosed {
+	if ws.closed {
 		return nil, ErrWebSocketClosed
 	}
 	return bytesClone(ws.attach), nil
@@ -380,146 +364,4 @@ func (ws *WebSocket) AutoResponseTimestamp() time.Time {
 		return time.Unix(0, ns)
 	}
 	return time.Time{}
-}
-
-func (ws *WebSocket) open() bool { return !ws.shut.Load() }
-
-// wsHub is the runtime's register of connections, by owning object. Its
-// zero value is ready to use. It owns every connection's goroutines:
-// close closes the connections with 1001 and waits for them.
-type wsHub struct {
-	once sync.Once
-	up   *websocket.Upgrader
-
-	mu     sync.Mutex // protects groups, closed and every group's conns
-	groups map[wsKey]*wsGroup
-	closed bool
-
-	wg sync.WaitGroup // reader goroutines (each waits for its writer)
-}
-
-type wsKey struct {
-	ns   *namespace
-	name string
-}
-
-// wsGroup is one object's connections.
-type wsGroup struct {
-	key   wsKey
-	conns []*WebSocket // in accept order; nil where one was unlisted
-	live  int
-	auto  atomic.Pointer[autoResponse]
-}
-
-type autoResponse struct {
-	request  string
-	response Message
-}
-
-func (h *wsHub) groupLocked(k wsKey, create bool) *wsGroup {
-	g := h.groups[k]
-	if g == nil && create {
-		if h.groups == nil {
-			h.groups = make(map[wsKey]*wsGroup)
-		}
-		g = &wsGroup{key: k}
-		h.groups[k] = g
-	}
-	return g
-}
-
-func (h *wsHub) add(ws *WebSocket) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.closed {
-		return ErrClosed
-	}
-	g := h.groupLocked(wsKey{ws.ns, ws.name}, true)
-	ws.group, ws.slot = g, len(g.conns)
-	g.conns = append(g.conns, ws)
-	g.live++
-	h.wg.Add(1) // for ws.read
-	return nil
-}
-
-// unlist removes ws from its object's list.
-func (h *wsHub) unlist(ws *WebSocket) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	g := ws.group
-	if ws.slot < 0 {
-		return
-	}
-	g.conns[ws.slot] = nil
-	ws.slot = -1
-	g.live--
-	switch {
-	case g.live == 0:
-		g.conns = nil
-		if g.auto.Load() == nil && h.groups[g.key] == g {
-			delete(h.groups, g.key)
-		}
-	case len(g.conns) > 2*g.live+16: // compact
-		n := 0
-		for _, c := range g.conns {
-			if c != nil {
-				c.slot = n
-				g.conns[n] = c
-				n++
-			}
-		}
-		clear(g.conns[n:])
-		g.conns = g.conns[:n]
-	}
-}
-
-func (h *wsHub) list(ns *namespace, name, tag string) []*WebSocket {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	g := h.groupLocked(wsKey{ns, name}, false)
-	if g == nil || g.live == 0 {
-		return nil
-	}
-	out := make([]*WebSocket, 0, g.live)
-	for _, ws := range g.conns {
-		if ws != nil && (tag == "" || slices.Contains(ws.tags, tag)) {
-			out = append(out, ws)
-		}
-	}
-	return out
-}
-
-func (h *wsHub) setAuto(ns *namespace, name string, ar *autoResponse) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	g := h.groupLocked(wsKey{ns, name}, ar != nil)
-	if g == nil {
-		return
-	}
-	g.auto.Store(ar)
-	if ar == nil && g.live == 0 {
-		delete(h.groups, g.key)
-	}
-}
-
-// close closes every connection with 1001 and waits until all are gone
-// (each client has closeGrace to answer). It is called by Runtime.Close
-// once no turn runs any more, so no event is delivered after it.
-func (h *wsHub) close() error {
-	h.mu.Lock()
-	h.closed = true
-	var all []*WebSocket
-	for _, g := range h.groups {
-		for _, ws := range g.conns {
-			if ws != nil {
-				all = append(all, ws)
-			}
-		}
-	}
-	h.mu.Unlock()
-	for _, ws := range all {
-		ws.startClose(&wsEnd{code: CloseGoingAway, reason: "runtime shutting down"})
-	}
-	h.wg.Wait()
-	return nil
 }

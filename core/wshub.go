@@ -1,0 +1,273 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/durable-go/durable/core/internal/wsconn"
+	"github.com/gorilla/websocket"
+)
+
+// The runtime's side of its WebSockets: the register of connections by
+// owning object, and the delivery of their events as turns. The transport
+// (reader and writer goroutines, send queues, closing) is package wsconn.
+
+// wsHub is the runtime's register of connections, by owning object. Its
+// zero value is ready to use. It owns every connection's goroutines:
+// close closes the connections with 1001 and waits for them.
+type wsHub struct {
+	once sync.Once
+	up   *websocket.Upgrader
+
+	mu     sync.Mutex // protects groups, closed and every group's conns
+	groups map[wsKey]*wsGroup
+	closed bool
+
+	wg sync.WaitGroup // reader goroutines (each waits for its writer)
+}
+
+type wsKey struct {
+	ns   *namespace
+	name string
+}
+
+// wsGroup is one object's connections.
+type wsGroup struct {
+	key   wsKey
+	conns []*WebSocket // in accept order; nil where one was unlisted
+	live  int
+	auto  atomic.Pointer[autoResponse]
+}
+
+type autoResponse struct {
+	request  string
+	response Message
+}
+
+func (h *wsHub) groupLocked(k wsKey, create bool) *wsGroup {
+	g := h.groups[k]
+	if g == nil && create {
+		if h.groups == nil {
+			h.groups = make(map[wsKey]*wsGroup)
+		}
+		g = &wsGroup{key: k}
+		h.groups[k] = g
+	}
+	return g
+}
+
+func (h *wsHub) add(ws *WebSocket) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return ErrClosed
+	}
+	g := h.groupLocked(wsKey{ws.ns, ws.name}, true)
+	ws.group, ws.slot = g, len(g.conns)
+	g.conns = append(g.conns, ws)
+	g.live++
+	h.wg.Add(1) // for ws.read
+	return nil
+}
+
+// unlist removes ws from its object's list.
+func (h *wsHub) unlist(ws *WebSocket) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	g := ws.group
+	if ws.slot < 0 {
+		return
+	}
+	g.conns[ws.slot] = nil
+	ws.slot = -1
+	g.live--
+	switch {
+	case g.live == 0:
+		g.conns = nil
+		if g.auto.Load() == nil && h.groups[g.key] == g {
+			delete(h.groups, g.key)
+		}
+	case len(g.conns) > 2*g.live+16: // compact
+		n := 0
+		for _, c := range g.conns {
+			if c != nil {
+				c.slot = n
+				g.conns[n] = c
+				n++
+			}
+		}
+		clear(g.conns[n:])
+		g.conns = g.conns[:n]
+	}
+}
+
+func (h *wsHub) list(ns *namespace, name, tag string) []*WebSocket {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	g := h.groupLocked(wsKey{ns, name}, false)
+	if g == nil || g.live == 0 {
+		return nil
+	}
+	out := make([]*WebSocket, 0, g.live)
+	for _, ws := range g.conns {
+		if ws != nil && (tag == "" || slices.Contains(ws.tags, tag)) {
+			out = append(out, ws)
+		}
+	}
+	return out
+}
+
+func (h *wsHub) setAuto(ns *namespace, name string, ar *autoResponse) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	g := h.groupLocked(wsKey{ns, name}, ar != nil)
+	if g == nil {
+		return
+	}
+	g.auto.Store(ar)
+	if ar == nil && g.live == 0 {
+		delete(h.groups, g.key)
+	}
+}
+
+// close closes every connection with 1001 and waits until all are gone
+// (each client has closeGrace to answer). It is called by Runtime.Close
+// once no turn runs any more, so no event is delivered after it.
+func (h *wsHub) close() error {
+	h.mu.Lock()
+	h.closed = true
+	var all []*WebSocket
+	for _, g := range h.groups {
+		for _, ws := range g.conns {
+			if ws != nil {
+				all = append(all, ws)
+			}
+		}
+	}
+	h.mu.Unlock()
+	for _, ws := range all {
+		ws.c.StartClose(&wsconn.End{Code: CloseGoingAway, Reason: "runtime shutting down"})
+	}
+	h.wg.Wait()
+	return nil
+}
+
+func (h *wsHub) upgrader(rt *Runtime) *websocket.Upgrader {
+	h.once.Do(func() { h.up = wsconn.NewUpgrader(rt.checkOrigin) })
+	return h.up
+}
+
+// checkOrigin lets a request open a WebSocket if it has no Origin header
+// (not a browser), if its Origin's host is the request's own host, or if
+// its Origin is listed in Options.WebSocketOrigins ("*" allows any).
+func (rt *Runtime) checkOrigin(r *http.Request) bool {
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return true
+	}
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" {
+		return false
+	}
+	if strings.EqualFold(u.Host, r.Host) {
+		return true
+	}
+	for _, allowed := range rt.opts.WebSocketOrigins {
+		if allowed == "*" || strings.EqualFold(strings.TrimSuffix(allowed, "/"), origin) {
+			return true
+		}
+	}
+	return false
+}
+
+// read is the reader goroutine, owned by the hub.
+func (ws *WebSocket) read() {
+	defer ws.rt.ws.wg.Done()
+	e := ws.c.Serve(ws.onMessage)
+	var event func(context.Context, any) error
+	switch {
+	case e.Err != nil && !ws.noError:
+		err := e.Err
+		if errors.Is(err, websocket.ErrReadLimit) {
+			err = fmt.Errorf("%w: websocket message over the limit of %d bytes; closed with 1009", ErrTooLarge, ws.rt.opts.WebSocketMaxMessage)
+		} else if e.Peer {
+			err = fmt.Errorf("core: websocket protocol error, closed with 1002: %w", err)
+		}
+		event = func(ctx context.Context, inst any) error {
+			if h, ok := inst.(WebSocketErrorHandler); ok {
+				return h.WebSocketError(ctx, ws, err)
+			}
+			return nil
+		}
+	case e.Peer && e.Err == nil && !ws.noClose:
+		event = func(ctx context.Context, inst any) error {
+			if h, ok := inst.(WebSocketCloseHandler); ok {
+				return h.WebSocketClose(ctx, ws, e.Code, e.Reason)
+			}
+			return nil
+		}
+	}
+	if event != nil {
+		err := ws.deliver(func(ctx context.Context, inst any) error {
+			defer ws.retire() // the attachment is readable during the handler, gone after it
+			return event(ctx, inst)
+		})
+		if err != nil && !errors.Is(err, ErrClosed) {
+			ws.rt.log.Error("websocket close handler failed", "event", "websocket_handler_failed",
+				"namespace", ws.ns.name, "name", ws.name, "error", err)
+		}
+	}
+	ws.retire()
+}
+
+func (ws *WebSocket) onMessage(f wsconn.Frame) {
+	if ar := ws.group.auto.Load(); ar != nil && !f.Binary && string(f.Data) == ar.request {
+		ws.autoAt.Store(ws.rt.now().UnixNano())
+		ws.c.Enqueue(wsconn.Frame(ar.response))
+		return
+	}
+	err := ws.deliver(func(ctx context.Context, inst any) error {
+		if !ws.c.Open() {
+			return nil // closed while the message waited (its accept was rolled back, say)
+		}
+		if h, ok := inst.(WebSocketMessageHandler); ok {
+			return h.WebSocketMessage(ctx, ws, Message(f))
+		}
+		return nil
+	})
+	switch {
+	case err == nil || errors.Is(err, ErrClosed):
+	case errors.Is(err, ErrOverloaded):
+		ws.c.StartClose(&wsconn.End{Code: CloseTryAgainLater, Reason: "object overloaded"})
+	default:
+		ws.rt.log.Error("websocket message handler failed", "event", "websocket_handler_failed",
+			"namespace", ws.ns.name, "name", ws.name, "error", err)
+		ws.c.StartClose(&wsconn.End{Code: CloseInternalError, Reason: "internal error"})
+	}
+}
+
+// deliver runs fn as a turn of the owning object, re-creating it if it
+// was evicted, as Stub.call does.
+func (ws *WebSocket) deliver(fn func(context.Context, any) error) error {
+	rt := ws.rt
+	if err := rt.enter(); err != nil {
+		return err
+	}
+	defer rt.leave()
+	return ws.ns.with(ws.name, ws.id, placement{}, func(o *object) error { return o.run(rt.base, fn) })
+}
+
+// retire marks the connection closed and drops its attachment.
+func (ws *WebSocket) retire() {
+	ws.mu.Lock()
+	ws.closed = true
+	ws.attach = nil
+	ws.mu.Unlock()
+}
