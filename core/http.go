@@ -36,9 +36,32 @@ func (s *Stub[T]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	g := &gatedResponse{w: w, header: make(http.Header)}
 	err := s.call(r.Context(), func(ctx context.Context, inst any) error {
-		return inst.(Fetcher).Fetch(ctx, g, r)
+		if err := inst.(Fetcher).Fetch(ctx, g, r); err != nil {
+			return err
+		}
+		// The response is the turn's output: it leaves with its commit.
+		ctx.(*turn).emit(effect{fn: func(committed bool) {
+			if committed {
+				g.flush()
+			}
+		}})
+		return nil
 	})
 	g.finish(err, s.ns)
+}
+
+// flush sends the buffered response.
+func (g *gatedResponse) flush() {
+	h := g.w.Header()
+	for k, v := range g.header {
+		h[k] = v
+	}
+	if g.status == 0 {
+		g.status = http.StatusOK
+	}
+	g.w.WriteHeader(g.status)
+	g.w.Write(g.body.Bytes())
+	g.sent = true
 }
 
 // gatedResponse buffers a response until the turn that wrote it is
@@ -49,6 +72,7 @@ type gatedResponse struct {
 	status   int
 	body     bytes.Buffer
 	hijacked bool
+	sent     bool
 }
 
 func (g *gatedResponse) Header() http.Header { return g.header }
@@ -85,19 +109,11 @@ func (g *gatedResponse) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 // failed (except for a failed WebSocket handshake, whose own error
 // response is sent).
 func (g *gatedResponse) finish(err error, ns *namespace) {
-	if g.hijacked {
+	switch {
+	case g.hijacked || g.sent:
 		return
-	}
-	if err == nil || errors.Is(err, ErrBadHandshake) && g.status != 0 {
-		h := g.w.Header()
-		for k, v := range g.header {
-			h[k] = v
-		}
-		if g.status == 0 {
-			g.status = http.StatusOK
-		}
-		g.w.WriteHeader(g.status)
-		g.w.Write(g.body.Bytes())
+	case err == nil || errors.Is(err, ErrBadHandshake) && g.status != 0:
+		g.flush()
 		return
 	}
 	code := http.StatusInternalServerError
