@@ -22,9 +22,10 @@ type firer struct {
 	done func(late time.Duration)
 }
 
-func (f *firer) Alarm(_ context.Context, info core.AlarmInfo) error {
-	late := time.Since(info.Scheduled)
-	if _, err := f.st.Storage().Exec("INSERT INTO fired(at) VALUES (?)", time.Now().UnixNano()); err != nil {
+func (f *firer) Alarm(ctx context.Context, info core.AlarmInfo) error {
+	now := f.st.Now()
+	late := now.Sub(info.Scheduled)
+	if _, err := f.st.Storage().Exec(ctx, "INSERT INTO fired(at) VALUES (?)", now.UnixNano()); err != nil {
 		return err
 	}
 	if f.done != nil {
@@ -35,8 +36,8 @@ func (f *firer) Alarm(_ context.Context, info core.AlarmInfo) error {
 
 func registerFirers(b *testing.B, rt *core.Runtime, done func(time.Duration)) *core.Namespace[*firer] {
 	b.Helper()
-	ns, err := core.Register(rt, "firers", func(st *core.State) (*firer, error) {
-		_, err := st.Storage().Exec("CREATE TABLE IF NOT EXISTS fired(at INTEGER NOT NULL)")
+	ns, err := core.Register(rt, "firers", func(ctx context.Context, st *core.State) (*firer, error) {
+		_, err := st.Storage().Exec(ctx, "CREATE TABLE IF NOT EXISTS fired(at INTEGER NOT NULL)")
 		return &firer{st: st, done: done}, err
 	})
 	if err != nil {
@@ -54,7 +55,7 @@ func armAll(b *testing.B, ns *core.Namespace[*firer], n int, at func(i int) time
 		if err != nil {
 			return err
 		}
-		return core.Do(context.Background(), s, func(_ context.Context, f *firer) error { return f.st.SetAlarm(at(i)) })
+		return core.Do(context.Background(), s, func(ctx context.Context, f *firer) error { return f.st.SetAlarm(ctx, at(i)) })
 	})
 	if err != nil {
 		b.Fatal(err)

@@ -33,28 +33,28 @@ type table struct {
 	first string // row 1, read by the constructor
 }
 
-func newTable(st *core.State) (*table, error) {
+func newTable(ctx context.Context, st *core.State) (*table, error) {
 	s := st.Storage()
-	if _, err := s.Exec(createTable); err != nil {
+	if _, err := s.Exec(ctx, createTable); err != nil {
 		return nil, err
 	}
 	t := &table{st: st}
-	err := s.QueryRow(selectFirst).Scan(&t.first)
+	err := s.QueryRow(ctx, selectFirst).Scan(&t.first)
 	if errors.Is(err, core.ErrNoRows) {
 		t.first = payload
-		_, err = s.Exec(insertFirst, payload)
+		_, err = s.Exec(ctx, insertFirst, payload)
 	}
 	return t, err
 }
 
-// insert adds one row.
-func (t *table) insert() error {
-	_, err := t.st.Storage().Exec(insertRow, payload)
+// insert adds one row in the turn of ctx.
+func (t *table) insert(ctx context.Context) error {
+	_, err := t.st.Storage().Exec(ctx, insertRow, payload)
 	return err
 }
 
 // insertCall is the call the write benchmarks make.
-func insertCall(_ context.Context, t *table) error { return t.insert() }
+func insertCall(ctx context.Context, t *table) error { return t.insert(ctx) }
 
 // nopCall does nothing: the turn only activates the object if needed.
 func nopCall(context.Context, *table) error { return nil }

@@ -14,20 +14,20 @@ import (
 // item is an inventory object: one row of stock.
 type item struct{ st *core.State }
 
-func newItem(st *core.State) (*item, error) {
-	_, err := st.Storage().Exec(`CREATE TABLE IF NOT EXISTS item(id INTEGER PRIMARY KEY, stock INTEGER NOT NULL);
+func newItem(ctx context.Context, st *core.State) (*item, error) {
+	_, err := st.Storage().Exec(ctx, `CREATE TABLE IF NOT EXISTS item(id INTEGER PRIMARY KEY, stock INTEGER NOT NULL);
 INSERT OR IGNORE INTO item VALUES (1, 0)`)
 	return &item{st: st}, err
 }
 
-func (it *item) stock() (int, error) {
+func (it *item) stock(ctx context.Context) (int, error) {
 	var n int
-	err := it.st.Storage().QueryRow("SELECT stock FROM item WHERE id = 1").Scan(&n)
+	err := it.st.Storage().QueryRow(ctx, "SELECT stock FROM item WHERE id = 1").Scan(&n)
 	return n, err
 }
 
-func (it *item) setStock(n int) error {
-	_, err := it.st.Storage().Exec("UPDATE item SET stock = ? WHERE id = 1", n)
+func (it *item) setStock(ctx context.Context, n int) error {
+	_, err := it.st.Storage().Exec(ctx, "UPDATE item SET stock = ? WHERE id = 1", n)
 	return err
 }
 
@@ -36,7 +36,7 @@ func (it *item) setStock(n int) error {
 // turn that awaits a fetch would: other reserves read the same stock
 // meanwhile and the last write wins (SEMANTICS C2).
 func (it *item) reserve(ctx context.Context, qty int, await bool) (bool, error) {
-	left, err := it.stock()
+	left, err := it.stock(ctx)
 	if err != nil || left < qty {
 		return false, err
 	}
@@ -45,7 +45,7 @@ func (it *item) reserve(ctx context.Context, qty int, await bool) (bool, error) 
 			return false, err
 		}
 	}
-	return true, it.setStock(left - qty)
+	return true, it.setStock(ctx, left-qty)
 }
 
 // BenchmarkLostUpdates counts the updates lost by 50 concurrent reserve(1)
@@ -79,7 +79,7 @@ func benchLostUpdates(b *testing.B, await bool) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := core.Do(ctx, s, func(_ context.Context, it *item) error { return it.setStock(stock) }); err != nil {
+		if err := core.Do(ctx, s, func(ctx context.Context, it *item) error { return it.setStock(ctx, stock) }); err != nil {
 			b.Fatal(err)
 		}
 		var ok atomic.Int64
@@ -96,7 +96,7 @@ func benchLostUpdates(b *testing.B, await bool) {
 			})
 		}
 		wg.Wait()
-		left, err := core.Call(ctx, s, func(_ context.Context, it *item) (int, error) { return it.stock() })
+		left, err := core.Call(ctx, s, func(ctx context.Context, it *item) (int, error) { return it.stock(ctx) })
 		if err != nil {
 			b.Fatal(err)
 		}

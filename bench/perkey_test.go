@@ -16,7 +16,7 @@ var callerCounts = []int{1, 16, 64}
 // echo is an object without storage.
 type echo struct{}
 
-func newEcho(*core.State) (*echo, error) { return &echo{}, nil }
+func newEcho(context.Context, *core.State) (*echo, error) { return &echo{}, nil }
 
 // openEcho opens a runtime with one echo object, already activated.
 func openEcho(b *testing.B) (*core.Runtime, *core.Stub[*echo]) {

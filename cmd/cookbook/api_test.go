@@ -136,6 +136,37 @@ func TestAPI_OriginalSessionShapes(t *testing.T) {
 	})
 }
 
+// The lab takes its times from the runtime's clock (State.Now): with
+// Options.Now an hour ahead, the debounce is still 2 s away on that clock,
+// and the flush runs 2 s later, not at once.
+func TestAPI_LabKeepsTheRuntimesClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ahead := func() time.Time { return time.Now().Add(time.Hour) }
+		_, h := testApp(t, core.Options{Now: ahead})
+		get(t, h, "/reset", nil)
+		var hits hitResults
+		get(t, h, "/hit?n=1", &hits)
+		if got, want := hits.Results[0].AlarmAt-ahead().UnixMilli(), int64(2000); got != want {
+			t.Errorf("the debounce alarm is %d ms away on the runtime's clock, want %d", got, want)
+		}
+		synctest.Wait()
+		var st LabState
+		get(t, h, "/state", &st)
+		if st.Alarm == nil || st.Pending != 1 {
+			t.Fatalf("before the debounce: got alarm %v, pending %d; want an alarm and 1", st.Alarm, st.Pending)
+		}
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		get(t, h, "/state", &st)
+		if got, want := describeState(st), `alarm=null pending=0 events=[alarm "retryCount=0 isRetry=false mode=ok", flush "n=1"]`; got != want {
+			t.Errorf("after the debounce: got %s, want %s", got, want)
+		}
+		if got, want := st.Events[len(st.Events)-1].At, ahead().UnixMilli(); got != want {
+			t.Errorf("the flush is logged at %d, want %d (the runtime's clock)", got, want)
+		}
+	})
+}
+
 // The original's retry run, then the dead letter this runtime keeps and
 // re-arms.
 func TestAPI_RetriesEndInADeadLetter(t *testing.T) {

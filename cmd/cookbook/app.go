@@ -45,7 +45,7 @@ type app struct {
 }
 
 // newApp registers the workshop's namespaces in rt and opens the counters'
-// store. Close the runtime first, then the app.
+// store. Close (or shut down) the runtime first, then the app.
 func newApp(rt *core.Runtime, cfg appConfig) (*app, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -75,8 +75,8 @@ func newApp(rt *core.Runtime, cfg appConfig) (*app, error) {
 	return a, nil
 }
 
-// Close closes the counters' store. Close the runtime first: a flush may
-// be writing to the store until then.
+// Close closes the counters' store. Close (or shut down) the runtime
+// first: a flush may be writing to the store until then.
 func (a *app) Close() error { return a.store.Close() }
 
 // handler returns the HTTP API, the rooms and the page, with bounded

@@ -13,7 +13,9 @@ import (
 // one alarm, a debounced counter of hits, a switch that makes the alarm
 // handler fail, and a log of what happened, all in the object's own
 // storage. The HTTP routes /reset, /armtwice, /deleteall, /hit, /state,
-// /mode and /arm each run one of its methods as a turn.
+// /mode and /arm each run one of its methods as a turn, with that turn's
+// ctx. Its times come from the runtime's clock (State.Now), the one its
+// alarm is due by.
 type Lab struct {
 	st       *core.State
 	debounce time.Duration // how long after the first hit the flush runs
@@ -27,13 +29,13 @@ type labOptions struct {
 
 // newLab is the constructor. It runs on every activation, so it only
 // creates tables (the original's ensureSchema) and never arms the alarm (A16).
-func (o labOptions) newLab(st *core.State) (*Lab, error) {
+func (o labOptions) newLab(ctx context.Context, st *core.State) (*Lab, error) {
 	d := o.Debounce
 	if d <= 0 {
 		d = 2 * time.Second
 	}
 	l := &Lab{st: st, debounce: d, fresh: true}
-	return l, l.ensureSchema()
+	return l, l.ensureSchema(ctx)
 }
 
 // The lab's alarm handler modes (GET /mode?m=).
@@ -58,8 +60,8 @@ CREATE TABLE IF NOT EXISTS events(
 // maxEvents bounds the log: older events are forgotten.
 const maxEvents = 500
 
-func (l *Lab) ensureSchema() error {
-	_, err := l.st.Storage().Exec(labSchema)
+func (l *Lab) ensureSchema(ctx context.Context) error {
+	_, err := l.st.Storage().Exec(ctx, labSchema)
 	return err
 }
 
@@ -71,20 +73,20 @@ func (l *Lab) woke() bool {
 }
 
 // note appends an event to the log.
-func (l *Lab) note(at time.Time, kind, note, detail string) error {
+func (l *Lab) note(ctx context.Context, at time.Time, kind, note, detail string) error {
 	s := l.st.Storage()
-	res, err := s.Exec("INSERT INTO events(at, kind, note, detail) VALUES (?, ?, ?, ?)", at.UnixMilli(), kind, note, detail)
+	res, err := s.Exec(ctx, "INSERT INTO events(at, kind, note, detail) VALUES (?, ?, ?, ?)", at.UnixMilli(), kind, note, detail)
 	if err != nil {
 		return err
 	}
-	_, err = s.Exec("DELETE FROM events WHERE seq <= ?", res.LastInsertID-maxEvents)
+	_, err = s.Exec(ctx, "DELETE FROM events WHERE seq <= ?", res.LastInsertID-maxEvents)
 	return err
 }
 
 // alarmMS returns the pending alarm in ms since the epoch, nil if none, as
 // the original's getAlarm() returns number | null.
-func (l *Lab) alarmMS() (*int64, error) {
-	at, ok, err := l.st.GetAlarm()
+func (l *Lab) alarmMS(ctx context.Context) (*int64, error) {
+	at, ok, err := l.st.GetAlarm(ctx)
 	if err != nil || !ok {
 		return nil, err
 	}
@@ -94,22 +96,22 @@ func (l *Lab) alarmMS() (*int64, error) {
 
 // setAlarm arms the alarm at a whole millisecond, as the original does, so
 // that GetAlarm gives back exactly what was set.
-func (l *Lab) setAlarm(at time.Time) (int64, error) {
+func (l *Lab) setAlarm(ctx context.Context, at time.Time) (int64, error) {
 	ms := at.UnixMilli()
-	return ms, l.st.SetAlarm(time.UnixMilli(ms))
+	return ms, l.st.SetAlarm(ctx, time.UnixMilli(ms))
 }
 
 // Reset clears the object: storage (DeleteAll takes the alarm with it),
 // mode and events.
 func (l *Lab) Reset(ctx context.Context) error {
 	l.woke()
-	if err := l.st.Storage().DeleteAll(); err != nil {
+	if err := l.st.Storage().DeleteAll(ctx); err != nil {
 		return err
 	}
-	if err := l.ensureSchema(); err != nil {
+	if err := l.ensureSchema(ctx); err != nil {
 		return err
 	}
-	return l.note(time.Now(), "reset", "DeleteAll: storage, alarm and events cleared", "")
+	return l.note(ctx, l.st.Now(), "reset", "DeleteAll: storage, alarm and events cleared", "")
 }
 
 // ArmTwice is the original's /armtwice: one alarm per object, SetAlarm
@@ -128,28 +130,28 @@ type ArmTwice struct {
 func (l *Lab) ArmTwice(ctx context.Context) (ArmTwice, error) {
 	l.woke()
 	var r ArmTwice
-	now := time.Now()
+	now := l.st.Now()
 	var err error
-	if r.First, err = l.setAlarm(now.Add(30 * time.Second)); err != nil {
+	if r.First, err = l.setAlarm(ctx, now.Add(30*time.Second)); err != nil {
 		return r, err
 	}
-	if r.AfterFirst, err = l.alarmMS(); err != nil {
+	if r.AfterFirst, err = l.alarmMS(ctx); err != nil {
 		return r, err
 	}
-	if r.Second, err = l.setAlarm(now.Add(60 * time.Second)); err != nil {
+	if r.Second, err = l.setAlarm(ctx, now.Add(60*time.Second)); err != nil {
 		return r, err
 	}
-	if r.AfterSecond, err = l.alarmMS(); err != nil {
+	if r.AfterSecond, err = l.alarmMS(ctx); err != nil {
 		return r, err
 	}
-	if err := l.st.DeleteAlarm(); err != nil {
+	if err := l.st.DeleteAlarm(ctx); err != nil {
 		return r, err
 	}
-	if r.AfterDelete, err = l.alarmMS(); err != nil {
+	if r.AfterDelete, err = l.alarmMS(ctx); err != nil {
 		return r, err
 	}
 	r.Overwritten = r.AfterSecond != nil && *r.AfterSecond == r.Second && r.Second != r.First
-	return r, l.note(now, "armtwice", fmt.Sprintf("armed %d, then %d: one alarm, the second replaced the first; deleted", r.First, r.Second), "")
+	return r, l.note(ctx, now, "armtwice", fmt.Sprintf("armed %d, then %d: one alarm, the second replaced the first; deleted", r.First, r.Second), "")
 }
 
 // DeleteAllResult is the original's /deleteall.
@@ -165,37 +167,37 @@ type DeleteAllResult struct {
 func (l *Lab) DeleteAll(ctx context.Context) (DeleteAllResult, error) {
 	l.woke()
 	var r DeleteAllResult
-	now := time.Now()
-	if _, err := l.setAlarm(now.Add(30 * time.Second)); err != nil {
+	now := l.st.Now()
+	if _, err := l.setAlarm(ctx, now.Add(30*time.Second)); err != nil {
 		return r, err
 	}
 	s := l.st.Storage()
-	if err := s.Put("probe", []byte("stored before DeleteAll")); err != nil {
+	if err := s.Put(ctx, "probe", []byte("stored before DeleteAll")); err != nil {
 		return r, err
 	}
 	var err error
-	if r.AlarmBefore, err = l.alarmMS(); err != nil {
+	if r.AlarmBefore, err = l.alarmMS(ctx); err != nil {
 		return r, err
 	}
-	if err := s.DeleteAll(); err != nil {
+	if err := s.DeleteAll(ctx); err != nil {
 		return r, err
 	}
-	if r.AlarmAfter, err = l.alarmMS(); err != nil {
+	if r.AlarmAfter, err = l.alarmMS(ctx); err != nil {
 		return r, err
 	}
 	var tables int
-	if err := s.QueryRow("SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE '\\_%' ESCAPE '\\' AND name NOT LIKE 'sqlite%'").Scan(&tables); err != nil {
+	if err := s.QueryRow(ctx, "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE '\\_%' ESCAPE '\\' AND name NOT LIKE 'sqlite%'").Scan(&tables); err != nil {
 		return r, err
 	}
-	_, kept, err := s.Get("probe")
+	_, kept, err := s.Get(ctx, "probe")
 	if err != nil {
 		return r, err
 	}
 	r.Cleared = tables == 0 && !kept
-	if err := l.ensureSchema(); err != nil { // the object goes on being used
+	if err := l.ensureSchema(ctx); err != nil { // the object goes on being used
 		return r, err
 	}
-	return r, l.note(now, "deleteall", "DeleteAll: the alarm went with the tables", "")
+	return r, l.note(ctx, now, "deleteall", "DeleteAll: the alarm went with the tables", "")
 }
 
 // HitResult is one hit of the original's /hit.
@@ -209,45 +211,45 @@ type HitResult struct {
 // long as the hits keep coming.
 func (l *Lab) Hit(ctx context.Context) (HitResult, error) {
 	l.woke()
-	if _, err := l.st.Storage().Exec("UPDATE pending SET n = n + 1 WHERE id = 1"); err != nil {
+	if _, err := l.st.Storage().Exec(ctx, "UPDATE pending SET n = n + 1 WHERE id = 1"); err != nil {
 		return HitResult{}, err
 	}
-	at, err := l.alarmMS()
+	at, err := l.alarmMS(ctx)
 	if err != nil || at != nil {
 		return HitResult{AlarmAt: deref(at)}, err
 	}
-	now := time.Now()
-	ms, err := l.setAlarm(now.Add(l.debounce))
+	now := l.st.Now()
+	ms, err := l.setAlarm(ctx, now.Add(l.debounce))
 	if err != nil {
 		return HitResult{}, err
 	}
-	return HitResult{ArmedNew: true, AlarmAt: ms}, l.note(now, "arm", fmt.Sprintf("debounce: flush in %v", l.debounce), "")
+	return HitResult{ArmedNew: true, AlarmAt: ms}, l.note(ctx, now, "arm", fmt.Sprintf("debounce: flush in %v", l.debounce), "")
 }
 
 // Arm sets the alarm d from now, replacing any pending one.
 func (l *Lab) Arm(ctx context.Context, d time.Duration) (int64, error) {
 	l.woke()
-	now := time.Now()
-	ms, err := l.setAlarm(now.Add(d))
+	now := l.st.Now()
+	ms, err := l.setAlarm(ctx, now.Add(d))
 	if err != nil {
 		return 0, err
 	}
-	return ms, l.note(now, "arm", fmt.Sprintf("alarm in %v", d), "")
+	return ms, l.note(ctx, now, "arm", fmt.Sprintf("alarm in %v", d), "")
 }
 
 // SetMode switches the alarm handler between modeOK, modeThrow and
 // modeFlaky.
 func (l *Lab) SetMode(ctx context.Context, mode string) error {
 	l.woke()
-	if err := l.st.Storage().Put("mode", []byte(mode)); err != nil {
+	if err := l.st.Storage().Put(ctx, "mode", []byte(mode)); err != nil {
 		return err
 	}
-	return l.note(time.Now(), "mode", "mode="+mode, "")
+	return l.note(ctx, l.st.Now(), "mode", "mode="+mode, "")
 }
 
 // Mode returns the alarm handler's mode.
 func (l *Lab) Mode(ctx context.Context) (string, error) {
-	v, ok, err := l.st.Storage().Get("mode")
+	v, ok, err := l.st.Storage().Get(ctx, "mode")
 	if err != nil || !ok {
 		return modeOK, err
 	}
@@ -278,14 +280,14 @@ func (l *Lab) State(ctx context.Context, timeline bool) (LabState, error) {
 	l.woke()
 	var r LabState
 	var err error
-	if r.Alarm, err = l.alarmMS(); err != nil {
+	if r.Alarm, err = l.alarmMS(ctx); err != nil {
 		return r, err
 	}
 	s := l.st.Storage()
-	if err := s.QueryRow("SELECT n FROM pending WHERE id = 1").Scan(&r.Pending); err != nil {
+	if err := s.QueryRow(ctx, "SELECT n FROM pending WHERE id = 1").Scan(&r.Pending); err != nil {
 		return r, err
 	}
-	rows, err := s.Query("SELECT kind, note, at, detail FROM events ORDER BY seq")
+	rows, err := s.Query(ctx, "SELECT kind, note, at, detail FROM events ORDER BY seq")
 	if err != nil {
 		return r, err
 	}
@@ -327,12 +329,12 @@ var errThrow = errors.New("lab: the alarm handler throws")
 // Await (which commits the turn so far): the attempts stay visible.
 func (l *Lab) Alarm(ctx context.Context, info core.AlarmInfo) error {
 	fresh := l.woke()
-	now := time.Now()
+	now := l.st.Now()
 	mode, err := l.Mode(ctx)
 	if err != nil {
 		return err
 	}
-	during, err := l.alarmMS() // A13: none while the alarm runs
+	during, err := l.alarmMS(ctx) // A13: none while the alarm runs
 	if err != nil {
 		return err
 	}
@@ -340,7 +342,7 @@ func (l *Lab) Alarm(ctx context.Context, info core.AlarmInfo) error {
 	if fresh {
 		detail += "; constructor ran first (the alarm woke the object)"
 	}
-	if err := l.note(now, "alarm", fmt.Sprintf("retryCount=%d isRetry=%t mode=%s", info.RetryCount, info.IsRetry, mode), detail); err != nil {
+	if err := l.note(ctx, now, "alarm", fmt.Sprintf("retryCount=%d isRetry=%t mode=%s", info.RetryCount, info.IsRetry, mode), detail); err != nil {
 		return err
 	}
 	if mode == modeThrow || mode == modeFlaky && info.RetryCount < 2 {
@@ -348,7 +350,7 @@ func (l *Lab) Alarm(ctx context.Context, info core.AlarmInfo) error {
 		if info.LastAttempt() {
 			kind, note = "drop", fmt.Sprintf("threw on the last attempt (%d runs): the alarm goes to the dead-letter table", info.RetryCount+1)
 		}
-		if err := l.note(now, kind, note, ""); err != nil {
+		if err := l.note(ctx, now, kind, note, ""); err != nil {
 			return err
 		}
 		if err := l.st.Await(ctx, func(context.Context) error { return nil }); err != nil {
@@ -358,16 +360,16 @@ func (l *Lab) Alarm(ctx context.Context, info core.AlarmInfo) error {
 	}
 	var n int
 	s := l.st.Storage()
-	if err := s.QueryRow("SELECT n FROM pending WHERE id = 1").Scan(&n); err != nil {
+	if err := s.QueryRow(ctx, "SELECT n FROM pending WHERE id = 1").Scan(&n); err != nil {
 		return err
 	}
 	if n == 0 {
 		return nil
 	}
-	if err := l.note(now, "flush", fmt.Sprintf("n=%d", n), ""); err != nil {
+	if err := l.note(ctx, now, "flush", fmt.Sprintf("n=%d", n), ""); err != nil {
 		return err
 	}
-	_, err = s.Exec("UPDATE pending SET n = 0 WHERE id = 1")
+	_, err = s.Exec(ctx, "UPDATE pending SET n = 0 WHERE id = 1")
 	return err
 }
 

@@ -12,8 +12,9 @@
 //	go run ./cmd/cookbook tour [-scale 20]
 //
 // serve stops on SIGINT or SIGTERM: it stops accepting requests, lets those
-// in flight finish, then closes the runtime, which closes every WebSocket
-// with 1001 (going away) and keeps every pending alarm for the next start.
+// in flight finish, then shuts the runtime down (Runtime.Shutdown; 10 s of
+// grace in all), which closes every WebSocket with 1001 (going away) and
+// keeps every pending alarm for the next start.
 package main
 
 import (
@@ -78,28 +79,28 @@ const usage = `usage:
 // cookbook.md quotes its reserve.
 type item struct{ st *core.State }
 
-func newItem(st *core.State) (*item, error) {
-	_, err := st.Storage().Exec(`CREATE TABLE IF NOT EXISTS item(id INTEGER PRIMARY KEY, stock INTEGER NOT NULL)`)
+func newItem(ctx context.Context, st *core.State) (*item, error) {
+	_, err := st.Storage().Exec(ctx, `CREATE TABLE IF NOT EXISTS item(id INTEGER PRIMARY KEY, stock INTEGER NOT NULL)`)
 	return &item{st: st}, err
 }
 
-func (it *item) stock() (int, error) {
+func (it *item) stock(ctx context.Context) (int, error) {
 	var n int
-	err := it.st.Storage().QueryRow("SELECT stock FROM item WHERE id = 1").Scan(&n)
+	err := it.st.Storage().QueryRow(ctx, "SELECT stock FROM item WHERE id = 1").Scan(&n)
 	if errors.Is(err, core.ErrNoRows) {
 		return 0, nil
 	}
 	return n, err
 }
 
-func (it *item) setStock(n int) error {
-	_, err := it.st.Storage().Exec("INSERT INTO item VALUES (1, ?) ON CONFLICT(id) DO UPDATE SET stock = excluded.stock", n)
+func (it *item) setStock(ctx context.Context, n int) error {
+	_, err := it.st.Storage().Exec(ctx, "INSERT INTO item VALUES (1, ?) ON CONFLICT(id) DO UPDATE SET stock = excluded.stock", n)
 	return err
 }
 
 // reserve reads and writes with no await between them.
 func (it *item) reserve(ctx context.Context, qty int, wait time.Duration) (bool, error) {
-	left, err := it.stock()
+	left, err := it.stock(ctx)
 	if err != nil || left < qty {
 		return false, err
 	}
@@ -108,5 +109,5 @@ func (it *item) reserve(ctx context.Context, qty int, wait time.Duration) (bool,
 			return false, err
 		}
 	}
-	return true, it.setStock(left - qty)
+	return true, it.setStock(ctx, left-qty)
 }

@@ -22,7 +22,8 @@ import (
 // about 2 min.
 var fastRetry = core.RetryPolicy{FirstDelay: 100 * time.Millisecond}
 
-// shutdownGrace is how long serve waits for requests in flight to finish.
+// shutdownGrace is how long serve waits, in all, for requests in flight
+// and then the runtime's running turns to finish.
 const shutdownGrace = 10 * time.Second
 
 // serve runs the workshop server until ctx is done. ready, if not nil, is
@@ -78,7 +79,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, ready f
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
 	// Shutdown waits for requests in flight, not for hijacked connections:
-	// the WebSockets belong to the runtime, whose Close ends them with 1001.
+	// the WebSockets belong to the runtime, whose Shutdown ends them with
+	// 1001 once its running turns are done (or the grace is over).
 	shutErr := srv.Shutdown(sctx)
 	if serveErr == nil {
 		serveErr = <-served
@@ -86,7 +88,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, ready f
 	if errors.Is(serveErr, http.ErrServerClosed) {
 		serveErr = nil
 	}
-	return errors.Join(serveErr, shutErr, rt.Close(), a.Close())
+	return errors.Join(serveErr, shutErr, rt.Shutdown(sctx), a.Close())
 }
 
 // defaultDataDir is a directory in the user's cache, or ./cookbook-data.

@@ -32,7 +32,7 @@ func (t *tour) coordinator() ([]tourRow, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := core.Do(t.ctx, stub, func(_ context.Context, it *item) error { return it.setStock(n) }); err != nil {
+		if err := core.Do(t.ctx, stub, func(ctx context.Context, it *item) error { return it.setStock(ctx, n) }); err != nil {
 			return nil, err
 		}
 		var mu sync.Mutex // protects ok and errs
@@ -55,7 +55,7 @@ func (t *tour) coordinator() ([]tourRow, error) {
 		if err := errors.Join(errs...); err != nil {
 			return nil, err
 		}
-		left, err := core.Call(t.ctx, stub, func(_ context.Context, it *item) (int, error) { return it.stock() })
+		left, err := core.Call(t.ctx, stub, func(ctx context.Context, it *item) (int, error) { return it.stock(ctx) })
 		if err != nil {
 			return nil, err
 		}
