@@ -69,8 +69,8 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 	return p
 }
 
-// Delay returns the wait before retry number n (1-based).
-func (p RetryPolicy) Delay(n int) time.Duration {
+// delay returns the wait before retry number n (1-based).
+func (p RetryPolicy) delay(n int) time.Duration {
 	d := float64(p.FirstDelay) * math.Pow(p.Factor, float64(n-1))
 	if p.Jitter > 0 {
 		d += d * p.Jitter * rand.Float64()
@@ -269,7 +269,7 @@ func (o *object) deliver(t *turn, run *alarmRun, row timerRow) error {
 		}
 		if row.retry < policy.MaxRetries {
 			r := row
-			r.at, r.retry = now.Add(policy.Delay(row.retry+1)).UnixNano(), row.retry+1
+			r.at, r.retry = now.Add(policy.delay(row.retry+1)).UnixNano(), row.retry+1
 			return t.putTimer(r)
 		}
 		dl := DeadLetter{

@@ -8,15 +8,30 @@
 // and State.Await (or a call to another object) splits a turn in two.
 //
 //	rt, err := core.Open(core.Options{Dir: "data"})
-//	ns, err := core.Register(rt, "inventory", NewInventory)
+//	ns, err := core.Register(rt, "inventory", NewInventory) // func(ctx, *core.State) (*Inventory, error)
 //	stub, err := ns.Get("sku-42")
 //	ok, err := core.Call(ctx, stub, func(ctx context.Context, inv *Inventory) (bool, error) {
-//		return inv.Reserve(3)
+//		return inv.Reserve(ctx, 3)
 //	})
 //
-// There are only a few types: Runtime hosts Namespaces; a Stub addresses an
-// object; State is the object's view of the runtime (its name, Storage,
-// Await, alarm); Storage is its database, bound to the current turn.
+// There are only a few types: Runtime (with Options) hosts Namespaces; a
+// Stub addresses an object; State is the object's view of the runtime (its
+// name, Storage, Await, its clock, alarm and schedule); Storage is its
+// database (Rows, Row, Result). Objects may implement Alarmer,
+// TimerHandler, Fetcher and the WebSocket handlers; a WebSocket is a
+// handle to a connection the runtime owns. FacetKind hosts child objects.
+// Errors are *Error values; DeadLetter records an alarm given up.
+//
+// # The turn's context
+//
+// Object code receives a context in every turn: fn's in Call, the
+// constructor's, a handler's. It marks the turn, and every operation that
+// acts in the turn takes it: storage (Exec, Query, Get, Put ...), the alarm
+// and schedule methods, WebSocket Send and Close, AcceptWebSocket. Outside
+// a running turn (another goroutine, a context kept from an earlier turn,
+// the function given to Await) they fail with ErrNotInTurn; they never
+// join whatever turn happens to run. Pass the turn's context down to
+// helpers, and to calls to other objects.
 //
 // # Guarantees
 //
@@ -27,16 +42,24 @@
 //     open the gate, so a read and a write with no Await between them cannot
 //     be interleaved. Values read before an Await may be stale after it.
 //   - Atomic turns. A turn's writes run in a SAVEPOINT: a turn that returns
-//     an error or panics is rolled back and leaves nothing partial. A panic
-//     becomes a *PanicError for the caller; the object keeps serving.
+//     an error or panics is rolled back and leaves nothing partial, in
+//     storage or output. A returned error keeps the instance, and what the
+//     code changed in its memory; a panic (a *PanicError for the caller) or
+//     a runtime.Goexit also drops the instance, so the constructor rebuilds
+//     it from storage for the next event.
 //   - Output gate and durability. A caller gets its result only after the
 //     commit holding the turn's writes (and any writes the turn read) is
 //     durable: WAL with synchronous=FULL by default. While turns are queued
 //     they share one transaction and one fsync (group commit); an idle
 //     object commits at once.
-//   - Alarms are durable and delivered at least once; see Alarmer and
-//     RetryPolicy. An alarm that runs out of retries goes to a dead-letter
-//     table (Runtime.DeadLetters) instead of vanishing.
+//   - Alarms are durable and delivered at least once, whatever the handler
+//     awaits: a timer stays stored (marked running) until its run's last
+//     segment commits; see Alarmer and RetryPolicy. An alarm that runs out
+//     of retries goes to a dead-letter table (Runtime.DeadLetters) instead
+//     of vanishing.
+//   - No silent deadlocks. A call, TriggerAlarm or Rearm that would wait
+//     for a gate held by a turn waiting for the caller fails at once with
+//     ErrDeadlock.
 //
 // # Concurrency
 //
@@ -47,7 +70,7 @@
 // caller to the next in FIFO order.
 //
 // Each object's queue is bounded (Options.MaxQueue): a call to a full queue
-// fails at once with ErrOverloaded, which IsOverloaded and IsRetryable
+// fails at once with ErrOverloaded, which IsRetryable
 // report; back off before retrying. A context cancelled while the call
 // waits in the queue ends the wait; a turn already running is not
 // interrupted (its code sees the context and may return).
@@ -70,14 +93,21 @@
 // means the runtime is closing. User SQL that would take over the runtime's
 // transactions or files fails with ErrSQLNotAllowed.
 //
+// # Shutdown
+//
+// Runtime.Shutdown stops new calls, cancels the runtime's base context
+// (the Done of turns, Await's functions, alarm runs and WebSocket
+// deliveries end with it), waits until what runs has finished or its ctx
+// ends, and reports what it abandoned. Close is Shutdown bounded by
+// CloseTimeout.
+//
 // # Caveats
 //
-//   - Pass the turn's context (the one fn receives) to Await and to calls to
-//     other objects. A call made from inside a turn with some other context
-//     keeps the caller's gate closed, and A -> B -> A then deadlocks.
-//   - Storage used from a goroutine the object started itself fails with
-//     ErrNotInTurn only when no turn is running; do not share State across
-//     goroutines.
+//   - A call from inside a turn must be given the turn's context: with
+//     another one the caller's gate stays closed while it waits. The
+//     runtime finds such a caller on the goroutine's stack when the call
+//     would have to wait for a busy gate, and refuses that wait with
+//     ErrDeadlock rather than risk one that never ends.
 //   - One Runtime per data directory: two processes on one directory break
 //     the one-instance rule.
 //   - If a turn fails after an Await, only the part after the Await is

@@ -6,7 +6,7 @@ import (
 )
 
 // Errors returned by the runtime. Test for them with errors.Is; the helpers
-// IsOverloaded, IsRetryable and IsRemote classify an error the way a caller
+// IsRetryable and IsRemote classify an error the way a caller
 // decides what to do next.
 var (
 	// ErrClosed is returned by calls on a runtime that has been closed, and by
@@ -49,6 +49,25 @@ var (
 
 	// ErrTooLarge is returned when a value is over a documented size limit.
 	ErrTooLarge = errors.New("core: value too large")
+
+	// ErrWebSocketClosed is returned by the methods of a *WebSocket whose
+	// connection is closed or closing.
+	ErrWebSocketClosed = errors.New("core: websocket closed")
+
+	// ErrSlowClient is the cause reported to WebSocketError when a client
+	// did not read fast enough: Options.WebSocketSendQueue messages were
+	// waiting for it. The connection was closed with 1013.
+	ErrSlowClient = errors.New("core: websocket client too slow: send queue full")
+
+	// ErrInvalidText is the cause reported to WebSocketError when a client
+	// sent a text message that is not valid UTF-8. The message was not
+	// delivered, and the connection was closed with 1007.
+	ErrInvalidText = errors.New("core: websocket text message is not valid UTF-8")
+
+	// ErrBadHandshake is returned by AcceptWebSocket when the request is not
+	// a valid WebSocket upgrade or its Origin is not allowed. The HTTP error
+	// response has been written to w already.
+	ErrBadHandshake = errors.New("core: websocket handshake failed")
 )
 
 // Error describes a failed operation on one object. Every error from Call
@@ -87,10 +106,6 @@ type PanicError struct {
 }
 
 func (e *PanicError) Error() string { return fmt.Sprintf("core: panic in object code: %v", e.Value) }
-
-// IsOverloaded reports whether err means the object was too busy to take the
-// call. Callers should back off before retrying.
-func IsOverloaded(err error) bool { return errors.Is(err, ErrOverloaded) }
 
 // IsRetryable reports whether err is a transient runtime fault after which
 // the same call may be retried (with backoff): overload or a failed commit.

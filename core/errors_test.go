@@ -39,7 +39,7 @@ func TestCall_OverloadedFailsAtOnce(t *testing.T) {
 		synctest.Wait()
 		err := core.Do(context.Background(), s, func(context.Context, *item) error { return nil })
 		require.ErrorIs(t, err, core.ErrOverloaded)
-		require.True(t, core.IsOverloaded(err))
+		require.ErrorIs(t, err, core.ErrOverloaded)
 		require.True(t, core.IsRetryable(err))
 		require.False(t, core.IsRemote(err))
 		var ce *core.Error

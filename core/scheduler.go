@@ -302,7 +302,7 @@ func (s *scheduler) fire(ns, id, name string) {
 		// The runtime could not run the alarm or record its fate (the
 		// constructor failed, a commit failed): the stored alarm is
 		// untouched, so look again later.
-		d := rt.opts.AlarmRetry.Delay(min(e.faults, 10))
+		d := rt.opts.AlarmRetry.delay(min(e.faults, 10))
 		rt.log.Warn("alarm could not run", "event", "alarm_fault", "namespace", ns, "name", name, "retry_in", d, "error", err)
 		s.schedule(ns, id, name, rt.now().Add(d).UnixNano())
 	}

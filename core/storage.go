@@ -301,9 +301,6 @@ func (r *Rows) Next() bool {
 // Scan copies the current row's columns into dest, as database/sql does.
 func (r *Rows) Scan(dest ...any) error { return r.rows.Scan(dest...) }
 
-// Columns returns the column names.
-func (r *Rows) Columns() ([]string, error) { return r.rows.Columns() }
-
 // Err returns the error that ended iteration, if any.
 func (r *Rows) Err() error { return r.rows.Err() }
 
@@ -336,5 +333,3 @@ func (r *Row) Scan(dest ...any) error {
 	return r.rows.Close()
 }
 
-// Err returns the error of the query, if it failed before any row.
-func (r *Row) Err() error { return r.err }

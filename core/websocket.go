@@ -36,27 +36,6 @@ const (
 	CloseTryAgainLater = 1013 // the client fell behind its send queue, or the object's queue was full
 )
 
-var (
-	// ErrWebSocketClosed is returned by the methods of a *WebSocket whose
-	// connection is closed or closing.
-	ErrWebSocketClosed = errors.New("core: websocket closed")
-
-	// ErrSlowClient is the cause reported to WebSocketError when a client
-	// did not read fast enough: Options.WebSocketSendQueue messages were
-	// waiting for it. The connection was closed with 1013.
-	ErrSlowClient = errors.New("core: websocket client too slow: send queue full")
-
-	// ErrInvalidText is the cause reported to WebSocketError when a client
-	// sent a text message that is not valid UTF-8. The message was not
-	// delivered, and the connection was closed with 1007.
-	ErrInvalidText = errors.New("core: websocket text message is not valid UTF-8")
-
-	// ErrBadHandshake is returned by AcceptWebSocket when the request is not
-	// a valid WebSocket upgrade or its Origin is not allowed. The HTTP error
-	// response has been written to w already.
-	ErrBadHandshake = errors.New("core: websocket handshake failed")
-)
-
 // A Message is one WebSocket message: text (UTF-8) or binary.
 type Message struct {
 	Data   []byte

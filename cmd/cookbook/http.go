@@ -125,7 +125,7 @@ func errorStatus(err error) (int, string) {
 		return he.status, he.msg
 	case errors.Is(err, core.ErrInvalidName):
 		return http.StatusBadRequest, err.Error()
-	case core.IsOverloaded(err), errors.Is(err, core.ErrClosed):
+	case errors.Is(err, core.ErrOverloaded), errors.Is(err, core.ErrClosed):
 		return http.StatusServiceUnavailable, err.Error()
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return http.StatusServiceUnavailable, err.Error()
