@@ -97,7 +97,9 @@ func (it *item) setStock(n int) error {
 	return err
 }
 
-// reserve reads and writes with no await between them.
+// reserve reads the stock and writes it back. With wait 0 only storage
+// runs between the two, so no other call can interleave; a wait opens the
+// input gate between them (SEMANTICS C2).
 func (it *item) reserve(ctx context.Context, qty int, wait time.Duration) (bool, error) {
 	left, err := it.stock()
 	if err != nil || left < qty {
