@@ -82,13 +82,12 @@ func sameRow(experiment, original, here string, ok bool) tourRow {
 // tourCommand is `cookbook tour`.
 func tourCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("cookbook tour", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	scale := fs.Float64("scale", 20, "how many times faster than the original runtime's clock to run (1 to 200)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout, stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("tour: unexpected arguments %q", fs.Args())
 	}
 	if *scale < 1 || *scale > 200 {
 		return fmt.Errorf("tour: -scale %v: want 1 to 200", *scale)
