@@ -150,7 +150,6 @@ type alarmRun struct {
 	t         *turn
 	isAlarm   bool   // it runs the Alarm handler now
 	setDuring *int64 // SetAlarm called by the Alarm handler (A14)
-	again     bool   // a fire came while the run was under way
 }
 
 // runTimers delivers the object's due timers (its alarm, its schedule
@@ -159,8 +158,11 @@ type alarmRun struct {
 // the others. A run already under way (inside an Await) runs whatever is
 // due when it gets there: one run at a time (A9).
 func (o *object) runTimers(ctx context.Context) (err error) {
+	if o.alarmBusy.Load() { // the run under way looks again when it ends
+		o.alarmAgain.Store(true)
+		return nil
+	}
 	t := &turn{Context: ctx, o: o}
-	t.parent, _ = ctx.Value(callerKey{}).(*turn)
 	if err := o.acquire(t, true); err != nil {
 		return err
 	}
@@ -172,8 +174,8 @@ func (o *object) runTimers(ctx context.Context) (err error) {
 	if o.rt.isClosed.Load() {
 		return ErrClosed
 	}
-	if r := o.alarmRun; r != nil {
-		r.again = true // the run under way looks again when it ends
+	if o.alarmRun != nil {
+		o.alarmAgain.Store(true)
 		return nil
 	}
 	if !o.built {
@@ -183,6 +185,7 @@ func (o *object) runTimers(ctx context.Context) (err error) {
 	}
 	run := &alarmRun{t: t}
 	o.alarmRun = run
+	o.alarmBusy.Store(true)
 	defer func() { o.alarmRun = nil }()
 	var errs []error
 	seen := map[timerKey]bool{}
@@ -201,7 +204,8 @@ func (o *object) runTimers(ctx context.Context) (err error) {
 		seen[timerKey{row.owner, row.key}] = true
 		errs = append(errs, o.deliver(t, run, row))
 	}
-	if len(seen) == 0 && errs[0] == nil || run.again {
+	o.alarmBusy.Store(false)
+	if len(seen) == 0 && errs[0] == nil || o.alarmAgain.Swap(false) {
 		// Nothing was due (the index looked early, or at nothing), or a
 		// fire came meanwhile: look again at the earliest timer, if any.
 		errs = append(errs, o.invoke(t, func(context.Context, any) error {

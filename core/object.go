@@ -39,9 +39,11 @@ type object struct {
 	lastUse    int64     // the runtime's use sequence at the last release, for LRU order
 	free       []*waiter // recycled waiters (their channels belong to this object)
 
-	holder   atomic.Pointer[turn] // the turn holding the gate, for deadlock checks
-	gone     atomic.Bool          // mirrors evicted for lock-free checks
-	hasStore atomic.Bool          // a database is open
+	holder     atomic.Pointer[turn] // the turn holding the gate, for deadlock checks
+	alarmBusy  atomic.Bool          // a run of due timers is under way (it may be inside Await)
+	alarmAgain atomic.Bool          // a fire came meanwhile: the run looks again when it ends
+	gone       atomic.Bool          // mirrors evicted for lock-free checks
+	hasStore   atomic.Bool          // a database is open
 
 	// Touched only by the gate holder.
 	inst      any
@@ -181,6 +183,7 @@ func (o *object) release() {
 			}
 			o.qlen--
 			w.handed = true
+			w.t.waiting.Store(nil)
 			o.holder.Store(w.t)
 			o.mu.Unlock()
 			w.ch <- struct{}{}

@@ -148,7 +148,11 @@ type Runtime struct {
 	namespaces map[string]*namespace
 	facets     map[string]*namespace // facet kinds by full name ("ns.kind.kind")
 
-	calls sync.WaitGroup // calls in flight, waited for by Shutdown
+	shut     sync.Mutex // serializes Shutdown; protects shutDone
+	shutDone bool
+
+	calls   atomic.Int64  // calls in flight (and alarm fires), waited for by Shutdown
+	drained chan struct{} // signalled when calls drops to 0 after Shutdown began
 
 	base   context.Context // turns, Await, alarm runs and deliveries derive from it
 	cancel context.CancelFunc
@@ -206,6 +210,7 @@ func Open(opts Options) (*Runtime, error) {
 		stop:       make(chan struct{}),
 		done:       make(chan struct{}),
 		wake:       make(chan struct{}, 1),
+		drained:    make(chan struct{}, 1),
 	}
 	rt.base, rt.cancel = context.WithCancel(context.Background())
 	if opts.Dir == "" {
@@ -269,21 +274,36 @@ const CloseTimeout = 30 * time.Second
 //
 // If ctx ends first, Shutdown returns an error that wraps ctx's error and
 // names what it abandoned (turns still running, databases still closing);
-// the runtime stays closed to new work, and what was abandoned keeps its
-// resources.
+// the runtime stays closed to new work, what was abandoned keeps its
+// resources, and a later Shutdown or Close goes on from there.
 func (rt *Runtime) Shutdown(ctx context.Context) error {
 	rt.mu.Lock()
-	if rt.closed {
-		rt.mu.Unlock()
+	if !rt.closed {
+		rt.closed = true
+		rt.isClosed.Store(true)
+		close(rt.stop)
+		rt.cancel()
+	}
+	rt.mu.Unlock()
+	rt.shut.Lock() // one Shutdown at a time; a later one goes on where an abandoned one stopped
+	defer rt.shut.Unlock()
+	if rt.shutDone {
 		return nil
 	}
-	rt.closed = true
-	rt.isClosed.Store(true)
-	rt.mu.Unlock()
-
-	close(rt.stop)
-	rt.cancel()
 	<-rt.done
+	abandoned := func() error {
+		return fmt.Errorf("core: shutdown: %w; abandoned: %s", ctx.Err(), strings.Join(rt.busy(), ", "))
+	}
+	waitCalls := func() error {
+		for rt.calls.Load() > 0 {
+			select {
+			case <-rt.drained:
+			case <-ctx.Done():
+				return abandoned()
+			}
+		}
+		return nil
+	}
 	wait := func(wg *sync.WaitGroup) error {
 		ch := make(chan struct{})
 		go func() { wg.Wait(); close(ch) }()
@@ -291,16 +311,16 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 		case <-ch:
 			return nil
 		case <-ctx.Done():
-			return fmt.Errorf("core: shutdown: %w; abandoned: %s", ctx.Err(), strings.Join(rt.busy(), ", "))
+			return abandoned()
 		}
 	}
-	if err := wait(&rt.calls); err != nil {
+	if err := waitCalls(); err != nil {
 		return err
 	}
 	// Fires started before Shutdown hold calls too; stop the scheduler
 	// after them so that their retries are recorded.
 	errs := []error{rt.sched.closeLoop()}
-	if err := wait(&rt.calls); err != nil {
+	if err := waitCalls(); err != nil {
 		return err
 	}
 	errs = append(errs, rt.ws.close()) // 1001 to every WebSocket client (SEMANTICS R8)
@@ -318,6 +338,7 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 	if rt.ownDir {
 		errs = append(errs, os.RemoveAll(rt.dir))
 	}
+	rt.shutDone = true
 	return errors.Join(errs...)
 }
 
@@ -372,17 +393,25 @@ func (rt *Runtime) hook(name string, fn func()) {
 }
 
 // enter registers a call in flight; it fails once the runtime is closed.
+// Shutdown sets isClosed before it reads calls, and leave decrements
+// calls before it reads isClosed: one of them sees the other.
 func (rt *Runtime) enter() error {
-	rt.mu.RLock()
-	defer rt.mu.RUnlock()
-	if rt.closed {
+	rt.calls.Add(1)
+	if rt.isClosed.Load() {
+		rt.leave()
 		return ErrClosed
 	}
-	rt.calls.Add(1)
 	return nil
 }
 
-func (rt *Runtime) leave() { rt.calls.Done() }
+func (rt *Runtime) leave() {
+	if rt.calls.Add(-1) == 0 && rt.isClosed.Load() {
+		select {
+		case rt.drained <- struct{}{}:
+		default:
+		}
+	}
+}
 
 // snapshotNamespaces lists the namespaces and facet kinds.
 func (rt *Runtime) snapshotNamespaces() []*namespace {

@@ -27,11 +27,12 @@ type scheduler struct {
 	byKey  map[alarmKey]*entry
 	parked map[string][]*entry // due entries of namespaces not registered yet
 
-	wake chan struct{} // a new earliest entry, or a namespace registered
-	sem  chan struct{} // bounds concurrent fires
-	stop chan struct{}
-	done chan struct{}
-	wg   sync.WaitGroup // fires in flight
+	wake     chan struct{} // a new earliest entry, or a namespace registered
+	sem      chan struct{} // bounds concurrent fires
+	stop     chan struct{}
+	stopOnce sync.Once
+	done     chan struct{}
+	wg       sync.WaitGroup // fires in flight
 }
 
 type alarmKey struct{ ns, id string }
@@ -310,7 +311,7 @@ func (s *scheduler) fire(ns, id, name string) {
 
 // closeLoop stops the loop and waits for the fires in flight.
 func (s *scheduler) closeLoop() error {
-	close(s.stop)
+	s.stopOnce.Do(func() { close(s.stop) })
 	<-s.done
 	s.wg.Wait()
 	return nil

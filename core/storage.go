@@ -332,4 +332,3 @@ func (r *Row) Scan(dest ...any) error {
 	}
 	return r.rows.Close()
 }
-

@@ -29,20 +29,41 @@ import (
 // through that context, never through the object.
 type turn struct {
 	context.Context
-	o      *object
-	parent *turn // the turn whose context made this call; it waits in Await meanwhile
-	live   atomic.Bool
+	o    *object
+	live atomic.Bool
 
-	// Touched only while the segment runs (by the gate holder).
-	sp      spState
-	depth   int // nested Storage.Transaction depth
-	rows    []*Rows
-	timers  bool // the segment changed a timer
-	mu      sync.Mutex
-	effects []effect // the segment's output, guarded by mu (Send may come from any goroutine)
+	mu       sync.Mutex // guards the pointer to segment (Send may come from any goroutine)
+	*segment            // made when the turn first uses storage or output
 
 	waiting atomic.Pointer[object]    // the gate this turn is queued for
 	done    atomic.Pointer[mergedCtx] // Done tied to the runtime's base context, made on demand
+}
+
+// parent is the turn whose context made t's call: it waits in Await
+// meanwhile.
+func (t *turn) parent() *turn {
+	p, _ := t.Context.Value(callerKey{}).(*turn)
+	return p
+}
+
+// segment is what a turn's segment holds, used by the gate holder (and
+// effects, under the turn's mu, by Send).
+type segment struct {
+	sp      spState
+	depth   int // nested Storage.Transaction depth
+	rows    []*Rows
+	timers  bool     // the segment changed a timer
+	effects []effect // the segment's output
+}
+
+// seg returns the turn's segment state, making it if needed.
+func (t *turn) seg() *segment {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.segment == nil {
+		t.segment = new(segment)
+	}
+	return t.segment
 }
 
 type mergedCtx struct {
@@ -142,13 +163,14 @@ const (
 
 // emit adds an effect to the segment's output.
 func (t *turn) emit(e effect) {
+	s := t.seg()
 	t.mu.Lock()
-	if t.effects == nil {
+	if s.effects == nil {
 		if p, ok := effectPool.Get().(*[]effect); ok {
-			t.effects = *p
+			s.effects = *p
 		}
 	}
-	t.effects = append(t.effects, e)
+	s.effects = append(s.effects, e)
 	t.mu.Unlock()
 }
 
@@ -207,7 +229,6 @@ func (b *batch) wait() error {
 // read) are durable.
 func (o *object) run(ctx context.Context, fn func(context.Context, any) error) (err error) {
 	t := &turn{Context: ctx, o: o}
-	t.parent, _ = ctx.Value(callerKey{}).(*turn)
 	if err := o.acquire(t, false); err != nil {
 		return err
 	}
@@ -288,6 +309,7 @@ func (o *object) invoke(t *turn, fn func(context.Context, any) error) (err error
 // opening the database and the group-commit batch as needed.
 func (t *turn) db() (*store, error) {
 	o := t.o
+	t.seg()
 	if o.store == nil {
 		o.ns.waitClosed(o.id)
 		st, fresh, err := openStore(o.place.db, o.rt.opts.Synchronous, o.rt.template)
@@ -342,15 +364,19 @@ func (t *turn) write() (*store, error) {
 func (t *turn) endSegment(failed bool) error {
 	o := t.o
 	t.live.Store(false)
+	t.mu.Lock()
+	if t.segment == nil { // no storage, no output
+		t.mu.Unlock()
+		return nil
+	}
+	effects := t.effects
+	t.effects = nil
+	t.mu.Unlock()
 	for _, r := range t.rows {
 		r.rows.Close()
 	}
 	clear(t.rows)
 	t.rows, t.depth = t.rows[:0], 0
-	t.mu.Lock()
-	effects := t.effects
-	t.effects = nil
-	t.mu.Unlock()
 	timers := t.timers && !failed
 	t.timers = false
 
@@ -533,7 +559,7 @@ func (c awaitCtx) Value(key any) any {
 // is found on the goroutine's stack instead (only when t would wait).
 func (o *object) checkDeadlock(t *turn) error {
 	mine := func(h *turn) bool {
-		for a := t; a != nil; a = a.parent {
+		for a := t; a != nil; a = a.parent() {
 			if a == h {
 				return true
 			}
@@ -554,7 +580,7 @@ func (o *object) checkDeadlock(t *turn) error {
 		}
 		h = next.holder.Load()
 	}
-	if (t.parent != nil || o.qlen == 0) && hiddenCallers(t) {
+	if t.parent() != nil && hiddenCallers(t) {
 		return o.deadlock(t)
 	}
 	return nil
@@ -569,7 +595,7 @@ func (o *object) deadlock(t *turn) error {
 // is not its own, and keeps its gate closed while it waits.
 func hiddenCallers(t *turn) bool {
 	known := 0
-	for a := t.parent; a != nil; a = a.parent {
+	for a := t.parent(); a != nil; a = a.parent() {
 		known++
 	}
 	var pcs [64]uintptr

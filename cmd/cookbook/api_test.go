@@ -338,6 +338,105 @@ func TestAPI_BadInput(t *testing.T) {
 	}
 }
 
+// What a newcomer finds by looking: every route in /routes, JSON errors
+// everywhere (rooms included), one layout, no HTML escapes, HEAD like GET.
+func TestAPI_Discoverable(t *testing.T) {
+	_, h := testApp(t, core.Options{})
+
+	code, body := do(t, h, http.MethodGet, "/routes", nil)
+	if code != http.StatusOK {
+		t.Fatalf("GET /routes: %d %s", code, body)
+	}
+	var routes struct{ Routes []map[string]string }
+	if err := json.Unmarshal(body, &routes); err != nil {
+		t.Fatal(err)
+	}
+	paths := map[string]bool{}
+	for _, r := range routes.Routes {
+		paths[r["path"]] = true
+	}
+	for _, want := range []string{"/", "/room/{name}", "/routes", "/limit", "/deadletters/rearm"} {
+		if !paths[want] {
+			t.Errorf("/routes lacks %s", want)
+		}
+	}
+	if !bytes.Contains(body, []byte("(?o=&n=5)")) || bytes.Contains(body, []byte(`\u0026`)) {
+		t.Errorf("/routes escapes &: %s", body)
+	}
+
+	// A room's state is laid out as every other answer.
+	code, body = do(t, h, http.MethodGet, "/room/lobby", nil)
+	if want := "{\n  \"offset\": 0,\n  \"members\": []\n}\n"; code != http.StatusOK || string(body) != want {
+		t.Errorf("GET /room/lobby: got %d %q, want 200 %q", code, body, want)
+	}
+
+	for _, tc := range []struct {
+		method, path string
+		status       int
+		want         string
+	}{
+		{"GET", "/room/", 404, "a room is /room/{name}"},
+		{"GET", "/room/a/b", 404, "a room is /room/{name}"},
+		{"POST", "/room/lobby", 405, "/room/{name} takes GET, not POST"},
+		{"POST", "/", 405, "/ takes GET, not POST"},
+		{"GET", "/room/" + strings.Repeat("x", core.MaxNameLen+1), 400, "bad room name"},
+	} {
+		code, body := do(t, h, tc.method, tc.path, nil)
+		var e errorBody
+		if err := json.Unmarshal(body, &e); err != nil || code != tc.status || !strings.Contains(e.Error, tc.want) {
+			t.Errorf("%s %s: got %d %s, want %d JSON with %q", tc.method, tc.path, code, body, tc.status, tc.want)
+		}
+		if len(body) > 400 {
+			t.Errorf("%s %.40s...: an error of %d bytes echoes too much", tc.method, tc.path, len(body))
+		}
+	}
+
+	// HEAD is GET without the body.
+	for _, path := range []string{"/", "/routes", "/state?o=head", "/room/lobby"} {
+		get, _ := do(t, h, http.MethodGet, path, nil)
+		code, body := do(t, h, http.MethodHead, path, nil)
+		if code != get || len(body) != 0 {
+			t.Errorf("HEAD %s: got %d with %d bytes, want %d with none", path, code, len(body), get)
+		}
+	}
+	req := httptest.NewRequestWithContext(t.Context(), http.MethodHead, "/deadletters/rearm", nil)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != http.StatusMethodNotAllowed || rec.Header().Get("Allow") != "POST" {
+		t.Errorf("HEAD of a POST route: got %d, Allow %q; want 405, Allow POST", rec.Code, rec.Header().Get("Allow"))
+	}
+	req = httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/hit", nil)
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if got := rec.Header().Get("Allow"); got != "GET, HEAD" {
+		t.Errorf("POST /hit: Allow %q, want \"GET, HEAD\"", got)
+	}
+}
+
+// Error messages give an example that is in range, and never echo a huge
+// value back whole.
+func TestAPI_Messages(t *testing.T) {
+	_, h := testApp(t, core.Options{})
+	for _, tc := range []struct {
+		path string
+		want string
+	}{
+		{"/inventory/race?await=abc", `bad parameter await: want a duration from 1ms to 50ms, like 1ms or 50ms, got "abc"`},
+		{"/limit?window=0s", `want a duration from 1ms to 24h, like 1ms or 24h, got "0s"`},
+		{"/state?o=" + strings.Repeat("x", 5000), `got "` + strings.Repeat("x", maxEcho) + `"... (5000 bytes)`},
+		{"/session/get?id=s&key=" + strings.Repeat("é", 3000), `"... (6000 bytes)`},
+	} {
+		_, body := do(t, h, http.MethodGet, tc.path, nil)
+		var e errorBody
+		if err := json.Unmarshal(body, &e); err != nil {
+			t.Fatalf("GET %.40s: not JSON: %s", tc.path, body)
+		}
+		if !strings.Contains(e.Error, tc.want) || len(e.Error) > 300 {
+			t.Errorf("GET %.40s...: got %q, want %q in at most 300 bytes", tc.path, e.Error, tc.want)
+		}
+	}
+}
+
 func TestWithLimits_PanicIsA500(t *testing.T) {
 	var logs bytes.Buffer
 	h := withLimits(slog.New(slog.NewTextHandler(&logs, nil)), http.HandlerFunc(func(http.ResponseWriter, *http.Request) {

@@ -82,7 +82,7 @@ func (a *app) Close() error { return a.store.Close() }
 // handler returns the HTTP API, the rooms and the page, with bounded
 // bodies and panics answered as 500.
 func (a *app) handler() http.Handler {
-	rt := &router{routes: map[string]route{}, rooms: room.Handler(a.rooms), page: pageHandler(), log: a.log}
+	rt := &router{routes: map[string]route{}, rooms: http.HandlerFunc(a.room), page: pageHandler(), log: a.log}
 	add := func(method, path, doc string, fn apiFunc) {
 		rt.routes[path] = route{method: method, path: path, doc: doc, fn: fn}
 	}

@@ -33,9 +33,39 @@ type httpError struct {
 func (e *httpError) Error() string { return e.msg }
 
 // badParam reports a query parameter that is missing or wrong: which one,
-// what it should be, and what came.
+// what it should be, and what came (clipped).
 func badParam(name, want, got string) error {
-	return &httpError{http.StatusBadRequest, fmt.Sprintf("bad parameter %s: want %s, got %q", name, want, got)}
+	return &httpError{http.StatusBadRequest, fmt.Sprintf("bad parameter %s: want %s, got %s", name, want, clip(got))}
+}
+
+// maxEcho is how many bytes of a value an error message quotes.
+const maxEcho = 64
+
+// clip quotes s for an error message, cut to maxEcho bytes (on a rune
+// boundary) with its length when it is longer: a 5,000-byte name is not
+// echoed back whole.
+func clip(s string) string {
+	if len(s) <= maxEcho {
+		return strconv.Quote(s)
+	}
+	return fmt.Sprintf("%s... (%d bytes)", strconv.Quote(s[:echoCut(s)]), len(s))
+}
+
+// clipPath is clip for a path, which needs no quotes.
+func clipPath(s string) string {
+	if len(s) <= maxEcho {
+		return s
+	}
+	return fmt.Sprintf("%s... (%d bytes)", s[:echoCut(s)], len(s))
+}
+
+// echoCut is where clip cuts s: at most maxEcho bytes, on a rune boundary.
+func echoCut(s string) int {
+	cut := maxEcho
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return cut
 }
 
 func notFound(format string, args ...any) error {
@@ -55,18 +85,32 @@ type route struct {
 
 // router serves the API's routes with JSON answers, the rooms under
 // /room/, and the page at /. Unknown paths answer 404 and wrong methods 405,
-// in JSON.
+// in JSON. HEAD is answered as GET, without the body.
 type router struct {
 	routes map[string]route
-	rooms  http.Handler // /room/...
+	rooms  http.Handler // /room/{name}; answers its own errors in JSON
 	page   http.Handler // exactly /
 	log    *slog.Logger
 }
 
+// Routes that are not in routes, for GET /routes.
+var (
+	pageRoute = route{method: "GET", path: "/", doc: "the live page: a room, the alarm timeline, the limiter, the inventory race"}
+	roomRoute = route{method: "GET", path: "/room/{name}", doc: "a room: a WebSocket upgrade joins it (?name=&since=), a plain GET shows its offset and members"}
+)
+
 func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodHead {
+		w = headWriter{w}
+	}
+	get := r.Method == http.MethodGet || r.Method == http.MethodHead
 	switch {
-	case r.URL.Path == "/" && (r.Method == http.MethodGet || r.Method == http.MethodHead):
+	case r.URL.Path == "/" && get:
 		rt.page.ServeHTTP(w, r)
+		return
+	case r.URL.Path == "/":
+		w.Header().Set("Allow", "GET, HEAD")
+		writeJSON(w, http.StatusMethodNotAllowed, errorBody{Error: fmt.Sprintf("/ takes GET, not %s", r.Method)})
 		return
 	case strings.HasPrefix(r.URL.Path, "/room/") && rt.rooms != nil:
 		rt.rooms.ServeHTTP(w, r)
@@ -74,11 +118,15 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ro, ok := rt.routes[r.URL.Path]
 	if !ok {
-		writeJSON(w, http.StatusNotFound, errorBody{Error: fmt.Sprintf("no route %s %s; GET / serves the page, GET /routes lists the API", r.Method, r.URL.Path)})
+		writeJSON(w, http.StatusNotFound, errorBody{Error: fmt.Sprintf("no route %s %s; GET / serves the page, GET /routes lists the API", r.Method, clipPath(r.URL.Path))})
 		return
 	}
-	if r.Method != ro.method {
-		w.Header().Set("Allow", ro.method)
+	if r.Method != ro.method && !(r.Method == http.MethodHead && ro.method == http.MethodGet) {
+		allow := ro.method
+		if ro.method == http.MethodGet {
+			allow = "GET, HEAD"
+		}
+		w.Header().Set("Allow", allow)
 		writeJSON(w, http.StatusMethodNotAllowed, errorBody{Error: fmt.Sprintf("%s takes %s, not %s", ro.path, ro.method, r.Method)})
 		return
 	}
@@ -103,10 +151,18 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, v)
 }
 
-// list returns the routes in path order, for GET /routes.
+// list returns the routes in path order, for GET /routes: the API's, the
+// page and the rooms.
 func (rt *router) list() []map[string]string {
 	var out []map[string]string
+	all := []route{pageRoute}
+	if rt.rooms != nil {
+		all = append(all, roomRoute)
+	}
 	for _, ro := range rt.routes {
+		all = append(all, ro)
+	}
+	for _, ro := range all {
 		out = append(out, map[string]string{"method": ro.method, "path": ro.path, "doc": ro.doc})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i]["path"] < out[j]["path"] })
@@ -116,6 +172,13 @@ func (rt *router) list() []map[string]string {
 type errorBody struct {
 	Error string `json:"error"`
 }
+
+// headWriter answers HEAD: the status and headers of GET, no body.
+type headWriter struct{ http.ResponseWriter }
+
+func (headWriter) Write(p []byte) (int, error) { return len(p), nil }
+
+func (h headWriter) Unwrap() http.ResponseWriter { return h.ResponseWriter }
 
 // errorStatus maps an error to its status and message.
 func errorStatus(err error) (int, string) {
@@ -234,9 +297,22 @@ func durationParam(r *http.Request, name string, def, lo, hi time.Duration) (tim
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil || d < lo || d > hi {
-		return 0, badParam(name, fmt.Sprintf("a duration from %v to %v, like 1ms or 60s", lo, hi), s)
+		return 0, badParam(name, fmt.Sprintf("a duration from %s to %s, like %s or %s", shortDuration(lo), shortDuration(hi), shortDuration(lo), shortDuration(hi)), s)
 	}
 	return d, nil
+}
+
+// shortDuration is d as time.ParseDuration reads it, without the zero
+// units Duration.String adds: 24h, not 24h0m0s.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 // nameParam reads an object name: 1 to core.MaxNameLen bytes of UTF-8.
@@ -275,7 +351,7 @@ func boolParam(r *http.Request, name string, def bool) (bool, error) {
 //	  ]
 //	}
 func origJSON(v any) ([]byte, error) {
-	raw, err := json.Marshal(v)
+	raw, err := marshal(v)
 	if err != nil {
 		return nil, err
 	}
@@ -312,6 +388,18 @@ func origJSON(v any) ([]byte, error) {
 	}
 	b.WriteString("}")
 	return b.Bytes(), nil
+}
+
+// marshal is json.Marshal without the HTML escapes: "?o=&n=5", not
+// "?o=\u0026n=5". The answers are JSON, never embedded in HTML.
+func marshal(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 // inlineJSON lays out a JSON value on one line with a space after each
@@ -364,7 +452,7 @@ func objectFields(raw []byte) (keys [][]byte, vals []json.RawMessage, ok bool) {
 		if err != nil {
 			return nil, nil, false
 		}
-		k, _ := json.Marshal(tok)
+		k, _ := marshal(tok)
 		var v json.RawMessage
 		if err := dec.Decode(&v); err != nil {
 			return nil, nil, false

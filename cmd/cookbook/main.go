@@ -36,8 +36,9 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(2)
+		var ue usageError
+		if errors.As(err, &ue) {
+			os.Exit(2) // the flag's error and the usage are printed
 		}
 		fmt.Fprintln(os.Stderr, "cookbook:", err)
 		os.Exit(1)
@@ -52,7 +53,7 @@ func run(ctx context.Context, args []string) error {
 
 func runTo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cmd := "serve"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+	if len(args) > 0 && (!strings.HasPrefix(args[0], "-") || isHelp(args[0])) {
 		cmd, args = args[0], args[1:]
 	}
 	switch cmd {
@@ -60,7 +61,7 @@ func runTo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return serve(ctx, args, stdout, stderr, nil)
 	case "tour":
 		return tourCommand(ctx, args, stdout, stderr)
-	case "help":
+	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
 	}
@@ -71,8 +72,47 @@ func runTo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 const usage = `usage:
   cookbook [serve] [-addr 127.0.0.1:8787] [-data DIR] [-fast]   the workshop server (default)
   cookbook tour [-scale 20]                                     every experiment of the original hands-on sessions, in-process
-  cookbook help
+  cookbook help                                                 this text
 `
+
+func isHelp(arg string) bool { return arg == "-h" || arg == "-help" || arg == "--help" }
+
+// usageError is a bad flag or argument; its message and the usage are
+// printed already.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// parseFlags parses a subcommand's flags. For -h it prints the usage and
+// the subcommand's flags on stdout and returns flag.ErrHelp, which the
+// caller answers with nil (exit status 0); for a bad flag it prints the
+// error, the usage and the flags on stderr and returns a usageError.
+func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
+	fs.SetOutput(stderr)
+	fs.Usage = func() {} // printed below, on the right stream
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		printUsage(fs, stdout)
+		return err
+	case err != nil:
+		printUsage(fs, stderr)
+		return usageError{err}
+	case fs.NArg() > 0:
+		fmt.Fprintf(stderr, "unexpected arguments %q\n", fs.Args())
+		printUsage(fs, stderr)
+		return usageError{fmt.Errorf("%s: unexpected arguments %q", fs.Name(), fs.Args())}
+	}
+	return nil
+}
+
+func printUsage(fs *flag.FlagSet, w io.Writer) {
+	fmt.Fprint(w, usage)
+	fmt.Fprintf(w, "\nflags of %s:\n", fs.Name())
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+}
 
 // item is an inventory item with one row of stock: the original's coordinator
 // (the original) as it is written there, run by the tour. Chapter 1 of
@@ -98,7 +138,9 @@ func (it *item) setStock(ctx context.Context, n int) error {
 	return err
 }
 
-// reserve reads and writes with no await between them.
+// reserve reads the stock and writes it back. With wait 0 only storage
+// runs between the two, so no other call can interleave; a wait opens the
+// input gate between them (SEMANTICS C2).
 func (it *item) reserve(ctx context.Context, qty int, wait time.Duration) (bool, error) {
 	left, err := it.stock(ctx)
 	if err != nil || left < qty {

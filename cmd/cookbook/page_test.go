@@ -1,44 +1,58 @@
+//go:build browser
+
+// The page's tests drive a real headless Chromium, so they are behind the
+// build tag "browser": go test -tags browser ./cmd/cookbook. The browser
+// is $CHROME or $CHROMIUM, else the first of chromium, chromium-browser
+// and google-chrome on PATH.
+
 package main
 
 import (
 	"context"
+	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 	"github.com/durable-go/durable/core"
+	"github.com/gorilla/websocket"
 )
 
-// chromiumPath is Debian's chromium, which .ci/run installs.
-const chromiumPath = "/usr/bin/chromium"
-
-// skipBrowserEnv opts out of the browser test on a machine without
-// chromium. Without it a missing chromium fails the test: CI must have it.
-const skipBrowserEnv = "COOKBOOK_SKIP_BROWSER"
-
-// The live page in a real headless Chromium: two tabs chat through a room,
-// the limiter and the race draw their results, and the alarm timeline
-// shows a flush, then a handler that throws until its alarm is dropped.
-// The screenshot is kept as an artefact.
-func TestPage_InChromium(t *testing.T) {
-	if _, err := os.Stat(chromiumPath); err != nil {
-		if os.Getenv(skipBrowserEnv) != "" {
-			t.Skipf("%s is missing and %s is set", chromiumPath, skipBrowserEnv)
+// findBrowser returns the browser to drive, or fails the test: with the
+// tag set, a missing browser is a failure, not a skip.
+func findBrowser(t *testing.T) string {
+	t.Helper()
+	for _, env := range []string{"CHROME", "CHROMIUM"} {
+		if p := os.Getenv(env); p != "" {
+			path, err := exec.LookPath(p)
+			if err != nil {
+				t.Fatalf("$%s=%s: %v", env, p, err)
+			}
+			return path
 		}
-		t.Fatalf("%v: install chromium (apt-get install chromium), or set %s=1 to skip this test", err, skipBrowserEnv)
 	}
-	// A short retry ladder (25 ms ... 0.8 s) so that the throwing alarm is
-	// dropped within the test.
-	_, h := testApp(t, core.Options{AlarmRetry: core.RetryPolicy{FirstDelay: 25 * time.Millisecond, Jitter: -1}})
-	srv := httptest.NewServer(h) // 127.0.0.1
-	t.Cleanup(srv.Close)
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if path, err := exec.LookPath(name); err == nil {
+			return path
+		}
+	}
+	t.Fatal("no browser: set $CHROME (or $CHROMIUM) to Chrome or Chromium, or put chromium on PATH (apt-get install chromium)")
+	return ""
+}
 
+// browser starts a headless browser for the test, with a fresh profile and
+// nothing that reaches the network on its own, and returns its first tab.
+func browser(t *testing.T) context.Context {
+	t.Helper()
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromiumPath),
+		chromedp.ExecPath(findBrowser(t)),
+		chromedp.Headless,
 		chromedp.NoSandbox,
 		chromedp.DisableGPU,
 		chromedp.NoFirstRun,
@@ -53,24 +67,47 @@ func TestPage_InChromium(t *testing.T) {
 	t.Cleanup(cancelAlloc)
 	ctx, cancel := context.WithTimeout(actx, 90*time.Second)
 	t.Cleanup(cancel)
-	ann, cancelAnn := chromedp.NewContext(ctx)
-	t.Cleanup(cancelAnn)
+	tab, cancelTab := chromedp.NewContext(ctx)
+	t.Cleanup(cancelTab)
+	return tab
+}
 
-	step := func(tab context.Context, what string, actions ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(tab, actions...); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
+// runStep runs actions in tab, failing the test with what if they fail.
+func runStep(t *testing.T, tab context.Context, what string, actions ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	if err := chromedp.Do(tab, actions...); err != nil {
+		t.Fatalf("%s: %v", what, err)
 	}
-	until := func(js string) chromedp.Action[chromedp.Void] {
-		return chromedp.Poll[chromedp.Void](js, chromedp.WithPollingTimeout(20*time.Second))
-	}
+}
+
+// until waits for a JavaScript condition to hold on the page.
+func until(js string) chromedp.Action[chromedp.Void] {
+	return chromedp.Poll[chromedp.Void](js, chromedp.WithPollingTimeout(20*time.Second))
+}
+
+// The live page in a real headless Chromium: two tabs chat through a room,
+// each tab's limiter and alarm timeline are its own, the limiter and the
+// race draw their results and clear them on an error, and the alarm
+// timeline shows a flush, then a handler that throws until its alarm is
+// dropped. The screenshot is kept in $ARTIFACTS_DIR, if set.
+func TestPage_InChromium(t *testing.T) {
+	// A short retry ladder (25 ms ... 0.8 s) so that the throwing alarm is
+	// dropped within the test.
+	_, h := testApp(t, core.Options{AlarmRetry: core.RetryPolicy{FirstDelay: 25 * time.Millisecond, Jitter: -1}})
+	srv := httptest.NewServer(h) // 127.0.0.1
+	t.Cleanup(srv.Close)
+
+	ann := browser(t)
 	live := until(`document.querySelector("#chat-status").textContent === "live"`)
 
-	step(ann, "ann opens the page", chromedp.Navigate(srv.URL+"/?name=ann&room=test&o=pagetest"), live)
+	runStep(t, ann, "ann opens the page", chromedp.Navigate(srv.URL+"/?name=ann&room=test"), live)
 	bob, cancelBob := chromedp.NewContext(ann) // a second tab in the same browser
 	t.Cleanup(cancelBob)
-	step(bob, "bob opens the page", chromedp.Navigate(srv.URL+"/?name=bob&room=test&o=bobs"), live)
+	runStep(t, bob, "bob opens the page", chromedp.Navigate(srv.URL+"/?name=bob&room=test"), live)
+	step := func(tab context.Context, what string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		runStep(t, tab, what, actions...)
+	}
 
 	step(ann, "ann says hello",
 		chromedp.SendKeys(chromedp.CSS("#chat-input"), "hello from ann"),
@@ -99,9 +136,39 @@ func TestPage_InChromium(t *testing.T) {
 	}
 	t.Logf("race: safe %v, racy %v", safe, racy)
 
-	step(ann, "the limiter lets 5 of 7 through",
+	// Each tab has keys of its own: bob's check is not refused because of
+	// ann's, and neither tab draws the other's timeline.
+	fiveOfSeven := until(`document.querySelector("#limit-allowed").textContent === "5" && document.querySelector("#limit-refused").textContent === "2"`)
+	step(ann, "the limiter lets 5 of 7 through", chromedp.Click(chromedp.CSS("#limit-run")), fiveOfSeven)
+	step(bob, "bob's limiter, right after ann's, lets 5 of 7 through too", chromedp.Click(chromedp.CSS("#limit-run")), fiveOfSeven)
+	keys := map[string]string{}
+	for name, tab := range map[string]context.Context{"ann": ann, "bob": bob} {
+		k, err := chromedp.Run(tab, chromedp.Evaluate[string](`document.querySelector("#limit-key").value + " " + document.querySelector("#lab-o").value + " " + document.querySelector("#tab-key").textContent`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys[name] = k
+	}
+	if keys["ann"] == keys["bob"] {
+		t.Errorf("both tabs use the keys %q, want keys of their own", keys["ann"])
+	}
+	step(ann, "a second check in the same tab finds the window full, and says why",
 		chromedp.Click(chromedp.CSS("#limit-run")),
-		until(`document.querySelector("#limit-allowed").textContent === "5" && document.querySelector("#limit-refused").textContent === "2"`))
+		until(`document.querySelector("#limit-allowed").textContent === "0" && document.querySelector("#limit-note").textContent.includes("still holds this key's earlier calls")`))
+
+	// An error clears the results it would otherwise leave on screen.
+	step(ann, "a bad window: an error, and no stale result under it",
+		chromedp.SetValue(chromedp.CSS("#limit-window"), "abc"),
+		chromedp.Click(chromedp.CSS("#limit-run")),
+		until(`document.querySelector("#error").style.display === "block" && document.querySelector("#error").textContent.includes("window")`),
+		until(`document.querySelector("#limit-allowed").textContent === "–" && document.querySelector("#limit-dots").children.length === 0`),
+		chromedp.SetValue(chromedp.CSS("#limit-window"), "60s"))
+	step(ann, "a bad await: an error, and the race's bars are cleared",
+		chromedp.SetValue(chromedp.CSS("#race-await"), "abc"),
+		chromedp.Click(chromedp.CSS("#race-run")),
+		until(`document.querySelector("#error").textContent.includes("await")`),
+		until(`document.querySelector("#bar-safe").dataset.lost === undefined && document.querySelector("#bar-safe .caption").textContent.startsWith("failed")`),
+		chromedp.SetValue(chromedp.CSS("#race-await"), "1ms"))
 
 	marks := func(kind string, n int) chromedp.Action[chromedp.Void] {
 		return until(`document.querySelectorAll("#timeline .mark-` + kind + `").length >= ` + strconv.Itoa(n))
@@ -124,17 +191,90 @@ func TestPage_InChromium(t *testing.T) {
 		t.Errorf("the timeline shows %d runs, want 8", runs)
 	}
 
+	bobRuns, err := chromedp.Run(bob, chromedp.Evaluate[int](`document.querySelectorAll("#timeline .mark-alarm").length`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bobRuns != 0 {
+		t.Errorf("bob's timeline shows %d runs of ann's object, want 0", bobRuns)
+	}
+
 	png, err := chromedp.Run(ann, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := os.Getenv("ARTIFACTS_DIR")
 	if dir == "" {
-		dir = os.TempDir()
+		dir = t.TempDir()
 	}
 	path := filepath.Join(dir, "cookbook-page.png")
 	if err := os.WriteFile(path, png, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot: %s", path)
+}
+
+// A room whose history holds a frame the browser cannot take (text that
+// is not UTF-8, as an older data directory may hold) makes the browser
+// drop the connection at each replay. The page must not reconnect with
+// ?since= forever: after two failed replays it joins again without the
+// history, and stays live.
+func TestPage_SkipsAHistoryItCannotRead(t *testing.T) {
+	bad := []byte("2 {\"name\":\"old\",\"joinedAt\":1}:caf\xe9") // Latin-1, not UTF-8
+	var mu sync.Mutex                                            // protects joins
+	var joins []string                                           // each join's ?since=, "-" for none
+	up := websocket.Upgrader{}
+	mux := http.NewServeMux()
+	mux.Handle("GET /{$}", pageHandler())
+	mux.HandleFunc("GET /room/{name}", func(w http.ResponseWriter, r *http.Request) {
+		c, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		since, ok := r.URL.Query()["since"]
+		mu.Lock()
+		first := len(joins) == 0
+		if ok {
+			joins = append(joins, since[0])
+		} else {
+			joins = append(joins, "-")
+		}
+		mu.Unlock()
+		switch {
+		case ok: // the replay holds the bad frame
+			c.WriteMessage(websocket.TextMessage, bad)
+		case first: // live, then the bad frame arrives
+			c.WriteMessage(websocket.TextMessage, []byte("!live 1"))
+			c.WriteMessage(websocket.TextMessage, bad)
+		default: // a join without history: live, and nothing more
+			c.WriteMessage(websocket.TextMessage, []byte("!live 2"))
+		}
+		for { // until the browser closes
+			if _, _, err := c.ReadMessage(); err != nil {
+				return
+			}
+		}
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, map[string]any{}) })
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+
+	tab := browser(t)
+	runStep(t, tab, "the page skips the history and stays live",
+		chromedp.Navigate(srv.URL+"/?name=ann&room=old"),
+		until(`[...document.querySelectorAll("#chat-log .msg.system")].some(m => m.textContent.includes("skipped"))`),
+		until(`document.querySelector("#chat-status").textContent === "live"`))
+	mu.Lock()
+	got := append([]string(nil), joins...)
+	mu.Unlock()
+	want := []string{"-", "1", "1", "-"}
+	if len(got) != len(want) {
+		t.Fatalf("joins (?since=): got %q, want %q", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("joins (?since=): got %q, want %q", got, want)
+		}
+	}
 }

@@ -1,13 +1,14 @@
 package main
 
 // The routes of the other patterns: limiter, inventory race, sessions,
-// link counter. (The rooms are mounted whole: see app.handler.)
+// link counter, rooms.
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -15,7 +16,9 @@ import (
 	"github.com/durable-go/durable/patterns/counter"
 	"github.com/durable-go/durable/patterns/inventory"
 	"github.com/durable-go/durable/patterns/limiter"
+	"github.com/durable-go/durable/patterns/room"
 	"github.com/durable-go/durable/patterns/session"
+	"github.com/gorilla/websocket"
 )
 
 // The limiter (the original, L1).
@@ -250,7 +253,7 @@ func (a *app) sessionGet(r *http.Request) (any, error) {
 		return ans, deadlineInto(ctx, s, &ans)
 	})
 	if errors.Is(err, session.ErrNotFound) {
-		return nil, notFound("session %q has no value under %q: never set, or the session expired", id, key)
+		return nil, notFound("session %s has no value under %s: never set, or the session expired", clip(id), clip(key))
 	}
 	return ans, err
 }
@@ -352,4 +355,38 @@ func counterInto(ctx context.Context, c *counter.Counter, ans *counterAnswer) er
 		ans.FlushAt = &ms
 	}
 	return err
+}
+
+// Rooms (the original, R1-R11).
+
+// room serves /room/{name}: a WebSocket upgrade joins the room (the
+// room's own Fetch); a plain GET or HEAD answers its state. Errors are
+// JSON, as everywhere in the API.
+func (a *app) room(w http.ResponseWriter, r *http.Request) {
+	name := strings.TrimPrefix(r.URL.Path, "/room/")
+	if name == "" || strings.Contains(name, "/") {
+		writeJSON(w, http.StatusNotFound, errorBody{Error: fmt.Sprintf("no route %s %s; a room is /room/{name}, GET /routes lists the API", r.Method, clipPath(r.URL.Path))})
+		return
+	}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		writeJSON(w, http.StatusMethodNotAllowed, errorBody{Error: fmt.Sprintf("/room/{name} takes GET, not %s", r.Method)})
+		return
+	}
+	stub, err := a.rooms.Get(name)
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, errorBody{Error: fmt.Sprintf("bad room name %s: %v", clip(name), err)})
+		return
+	}
+	if websocket.IsWebSocketUpgrade(r) {
+		stub.ServeHTTP(w, r)
+		return
+	}
+	st, err := core.Call(r.Context(), stub, func(ctx context.Context, rm *room.Room) (room.State, error) { return rm.State() })
+	if err != nil {
+		status, msg := errorStatus(err)
+		writeJSON(w, status, errorBody{Error: msg})
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
 }

@@ -30,15 +30,14 @@ const shutdownGrace = 10 * time.Second
 // called with the address once the server listens.
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer, ready func(addr string)) error {
 	fs := flag.NewFlagSet("cookbook serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	addr := fs.String("addr", "127.0.0.1:8787", "address to listen on")
 	data := fs.String("data", defaultDataDir(), "data directory: the objects' databases, alarms and dead letters")
 	fast := fs.Bool("fast", envBool("COOKBOOK_FAST"), "retry failed alarms after 100 ms, 200 ms, ... 3.2 s instead of 2 s ... 64 s (also COOKBOOK_FAST=1)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, stdout, stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
 		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("serve: unexpected arguments %q", fs.Args())
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	opts := core.Options{Dir: *data, Logger: log}
@@ -104,10 +103,15 @@ func envBool(name string) bool {
 	return b
 }
 
+// printBanner prints the address and curl lines to try, which need only a
+// POSIX shell and curl. The watch of the failing alarm looks at its state
+// about 8 times over its ladder: every 20 s for the 2 min of 2 s ... 64 s
+// (plus jitter), every second for the 6.5 s or so of -fast.
 func printBanner(w io.Writer, addr, dir string, fast bool) {
 	ladder := "2 s, 4 s, ... 64 s, as the original (-fast: 100 ms ... 3.2 s)"
+	every := 20
 	if fast {
-		ladder = "100 ms, 200 ms, ... 3.2 s (-fast)"
+		ladder, every = "100 ms, 200 ms, ... 3.2 s (-fast)", 1
 	}
 	fmt.Fprintf(w, `durable cookbook: the workshop
   page    http://%[1]s/
@@ -122,7 +126,7 @@ the original's hands-on session:
   curl -s "$B/hit?n=5"           # five hits, one alarm
   sleep 4 && curl -s "$B/state"  # one flush, n=5
   curl -s "$B/reset?o=fail"; curl -s "$B/mode?o=fail&m=throw"; curl -s "$B/arm?o=fail&ms=500"
-  watch -n 20 "curl -s '$B/state?o=fail' | jq '[.alarm, (.events|length)]'"
+  for i in 1 2 3 4 5 6 7 8 9; do sleep %[4]d; curl -s "$B/state?o=fail"; done   # 7 runs, then none
   curl -s "$B/deadletters"       # where the original loses it
 The patterns:
   curl -s "$B/limit?key=me&n=7"
@@ -131,5 +135,5 @@ The patterns:
   curl -s "$B/counter/record?link=l1&n=5"; curl -s "$B/counter/stats?link=l1"
   curl -s "$B/routes"
 Ctrl-C stops it.
-`, addr, dir, ladder)
+`, addr, dir, ladder, every)
 }

@@ -123,6 +123,51 @@ func TestServe_Flags(t *testing.T) {
 	if !strings.Contains(s.out.String(), "100 ms, 200 ms, ... 3.2 s (-fast)") {
 		t.Errorf("the banner does not show the fast ladder:\n%s", s.out.String())
 	}
+	// Plain curl lines, at the interval of the ladder in use.
+	for _, tc := range []struct {
+		fast bool
+		want string
+	}{
+		{true, `do sleep 1; curl -s "$B/state?o=fail"; done`},
+		{false, `do sleep 20; curl -s "$B/state?o=fail"; done`},
+	} {
+		var b bytes.Buffer
+		printBanner(&b, "127.0.0.1:8787", "data", tc.fast)
+		if !strings.Contains(b.String(), tc.want) {
+			t.Errorf("banner (fast=%t) lacks %q:\n%s", tc.fast, tc.want, b.String())
+		}
+		for _, tool := range []string{"watch ", "jq "} {
+			if strings.Contains(b.String(), tool) {
+				t.Errorf("banner (fast=%t) needs %q:\n%s", tc.fast, tool, b.String())
+			}
+		}
+	}
+}
+
+// -h prints a usage that names both subcommands, on stdout, and is no
+// error; a bad flag is a usage error (exit status 2).
+func TestRun_Help(t *testing.T) {
+	for _, args := range [][]string{{"-h"}, {"--help"}, {"serve", "-h"}, {"tour", "-h"}, {"-addr", "127.0.0.1:0", "-h"}} {
+		var out, errOut bytes.Buffer
+		err := runTo(t.Context(), args, &out, &errOut)
+		if err != nil {
+			t.Errorf("%q: got %v, want no error", args, err)
+		}
+		for _, want := range []string{"cookbook [serve]", "cookbook tour"} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("%q: the usage lacks %q:\n%s", args, want, out.String())
+			}
+		}
+		if strings.Contains(out.String(), "Usage of") {
+			t.Errorf("%q: the flag package's bare usage:\n%s", args, out.String())
+		}
+	}
+	var out, errOut bytes.Buffer
+	err := runTo(t.Context(), []string{"serve", "-nope"}, &out, &errOut)
+	var ue usageError
+	if !errors.As(err, &ue) || !strings.Contains(errOut.String(), "cookbook tour") {
+		t.Errorf("serve -nope: got %v and %q, want a usage error with the usage on stderr", err, errOut.String())
+	}
 }
 
 func TestRun_Commands(t *testing.T) {

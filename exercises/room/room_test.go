@@ -3,10 +3,14 @@
 package room_test
 
 import (
+	"bytes"
 	"encoding/json"
+	"io"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -21,10 +25,33 @@ import (
 type env struct {
 	rt   *core.Runtime
 	pipe *coretest.PipeListener
+	logs *logBuffer // what the runtime logged: why a join failed, for one
+}
+
+// logBuffer keeps the runtime's log lines for a failing test to print.
+type logBuffer struct {
+	mu sync.Mutex // protects b
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func open(t *testing.T, opts core.Options) *env {
 	t.Helper()
+	logs := &logBuffer{}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	}
 	rt := coretest.Open(t, opts)
 	h, err := rooms(rt)
 	if err != nil {
@@ -35,7 +62,7 @@ func open(t *testing.T, opts core.Options) *env {
 	served := make(chan struct{})
 	go func() { defer close(served); srv.Serve(pl) }()
 	t.Cleanup(func() { srv.Close(); <-served })
-	return &env{rt: rt, pipe: pl}
+	return &env{rt: rt, pipe: pl, logs: logs}
 }
 
 // join connects name to room with the query q ("" or "since=N").
@@ -43,11 +70,15 @@ func (e *env) join(t *testing.T, room, name, q string) *websocket.Conn {
 	t.Helper()
 	c, resp, err := e.dial(room, name, q)
 	if err != nil {
-		status := 0
+		status, body := 0, ""
 		if resp != nil {
 			status = resp.StatusCode
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
+			body = strings.TrimSpace(string(b))
 		}
-		t.Fatalf("%s joins %s: %v (HTTP %d)", name, room, err, status)
+		// The answer of a failed Fetch is a bare 500: the reason is in the
+		// runtime's log.
+		t.Fatalf("%s joins %s: %v (HTTP %d %s)\nthe server logged:\n%s", name, room, err, status, body, e.logs)
 	}
 	t.Cleanup(func() { c.Close() })
 	return c

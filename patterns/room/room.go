@@ -1,6 +1,7 @@
 package room
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -158,7 +159,10 @@ func (r *Room) Fetch(ctx context.Context, w http.ResponseWriter, req *http.Reque
 
 // replay sends ws the kept messages after since, in order. The sends leave
 // after this turn commits and before any later turn's, so live messages
-// follow them with neither a gap nor a duplicate.
+// follow them with neither a gap nor a duplicate. A text row that is not
+// UTF-8 (a directory written before the runtime refused such messages)
+// is repaired, never sent as it is: a browser drops the connection on it,
+// and would meet it again at every reconnect with ?since=.
 func (r *Room) replay(ctx context.Context, ws *core.WebSocket, since int64) error {
 	if since >= r.last {
 		return nil
@@ -183,7 +187,7 @@ func (r *Room) replay(ctx context.Context, ws *core.WebSocket, since int64) erro
 		if err := rows.Scan(&m.Data, &m.Binary); err != nil {
 			return err
 		}
-		if err := ws.Send(ctx, m); err != nil {
+		if err := ws.Send(ctx, validText(m)); err != nil {
 			return err
 		}
 	}
@@ -218,6 +222,16 @@ func (r *Room) WebSocketMessage(ctx context.Context, ws *core.WebSocket, msg cor
 		p.Send(ctx, out) // an error means p closed meanwhile: it is no member any more
 	}
 	return nil
+}
+
+// validText returns m with every invalid UTF-8 sequence of a text message
+// replaced by U+FFFD: a text frame must be UTF-8 (RFC 6455), and a client
+// closes the connection on one that is not.
+func validText(m core.Message) core.Message {
+	if !m.Binary && !utf8.Valid(m.Data) {
+		m.Data = bytes.ToValidUTF8(m.Data, []byte("\uFFFD"))
+	}
+	return m
 }
 
 // Alarm prunes stale connections: members that have not pinged for

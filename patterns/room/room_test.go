@@ -2,17 +2,20 @@ package room_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
+	"unicode/utf8"
 
 	"github.com/durable-go/durable/core"
 	"github.com/durable-go/durable/core/coretest"
@@ -20,6 +23,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+	_ "modernc.org/sqlite"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -393,6 +397,52 @@ func TestFollow_AcrossRestart(t *testing.T) {
 	cancel()
 	require.ErrorIs(t, <-followed, context.Canceled)
 	require.Empty(t, got, "no duplicates")
+}
+
+// A history row that is not UTF-8, as a directory written before the
+// runtime refused such messages may hold, is repaired on replay: every
+// text frame a member gets is UTF-8, so a browser does not drop the
+// connection at each reconnect.
+func TestRoom_ReplayRepairsABadRow(t *testing.T) {
+	dir := t.TempDir()
+	rt, rooms := openRT(t, core.Options{Dir: dir}, room.Options{})
+	srv := httptest.NewServer(room.Handler(rooms))
+	e := &env{rt: rt, rooms: rooms, base: "ws" + strings.TrimPrefix(srv.URL, "http"), dial: websocket.DefaultDialer}
+	ann, _, _ := e.join(t, "old", "ann", -1)
+	send(t, ann, "before")
+	_, m := delivery(t, ann)
+	ann.Close()
+	srv.Close()
+	require.NoError(t, rt.Close())
+
+	// The older directory: a second row, written as it came.
+	files, err := filepath.Glob(filepath.Join(dir, "rooms", "*.sqlite"))
+	require.NoError(t, err)
+	require.Len(t, files, 1)
+	db, err := sql.Open("sqlite", files[0])
+	require.NoError(t, err)
+	from, err := json.Marshal(m)
+	require.NoError(t, err)
+	bad := append([]byte("2 "+string(from)+":caf"), 0xe9) // Latin-1 é
+	_, err = db.Exec("INSERT INTO room_messages(seq, line, binary) VALUES (2, ?, 0)", bad)
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
+
+	rt2, rooms2 := openRT(t, core.Options{Dir: dir}, room.Options{})
+	srv2 := httptest.NewServer(room.Handler(rooms2))
+	t.Cleanup(srv2.Close)
+	e2 := &env{rt: rt2, rooms: rooms2, base: "ws" + strings.TrimPrefix(srv2.URL, "http"), dial: websocket.DefaultDialer}
+	for range 2 { // the same replay at every reconnect
+		c, replayed, live := e2.join(t, "old", "bob", 0)
+		require.Equal(t, int64(2), live)
+		require.Len(t, replayed, 2)
+		for _, f := range replayed {
+			require.True(t, utf8.ValidString(f), "a text frame that is not UTF-8: %q", f)
+		}
+		require.True(t, strings.HasSuffix(replayed[0], ":before"), replayed[0])
+		require.True(t, strings.HasSuffix(replayed[1], ":caf\uFFFD"), replayed[1])
+		c.Close()
+	}
 }
 
 func TestParseDelivery(t *testing.T) {
