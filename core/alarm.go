@@ -157,32 +157,22 @@ type alarmRun struct {
 // its own with its own retry state, so that a failing one never delays
 // the others. A run already under way (inside an Await) runs whatever is
 // due when it gets there: one run at a time (A9).
-func (o *object) runTimers(ctx context.Context) (err error) {
+func (o *object) runTimers(ctx context.Context) error {
 	if o.alarmBusy.Load() { // the run under way looks again when it ends
 		o.alarmAgain.Store(true)
 		return nil
 	}
-	t := &turn{Context: ctx, o: o}
-	if err := o.acquire(t, true); err != nil {
-		return err
-	}
-	defer func() {
-		if werr := t.end(); err == nil {
-			err = werr
+	return o.runTurn(ctx, true, func(t *turn) error {
+		if o.alarmRun != nil {
+			o.alarmAgain.Store(true)
+			return nil
 		}
-	}()
-	if o.rt.isClosed.Load() {
-		return ErrClosed
-	}
-	if o.alarmRun != nil {
-		o.alarmAgain.Store(true)
-		return nil
-	}
-	if !o.built {
-		if err := o.construct(t); err != nil {
-			return err
-		}
-	}
+		return o.runDue(t)
+	})
+}
+
+// runDue is runTimers' turn.
+func (o *object) runDue(t *turn) error {
 	run := &alarmRun{t: t}
 	o.alarmRun = run
 	o.alarmBusy.Store(true)

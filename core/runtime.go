@@ -93,45 +93,33 @@ type Options struct {
 }
 
 func (o *Options) withDefaults() error {
-	if o.IdleTimeout <= 0 {
-		o.IdleTimeout = 10 * time.Second
-	}
-	if o.MaxQueue <= 0 {
-		o.MaxQueue = 1024
-	}
-	if o.MaxOpenObjects <= 0 {
-		o.MaxOpenObjects = 1024
-	}
-	if o.MaxBatch <= 0 {
-		o.MaxBatch = 1024
-	}
-	switch o.Synchronous {
-	case "":
+	orDefault(&o.IdleTimeout, 10*time.Second)
+	orDefault(&o.MaxQueue, 1024)
+	orDefault(&o.MaxOpenObjects, 1024)
+	orDefault(&o.MaxBatch, 1024)
+	orDefault(&o.AlarmTimeout, 15*time.Minute)
+	orDefault(&o.AlarmConcurrency, 64)
+	orDefault(&o.WebSocketSendQueue, 256)
+	orDefault(&o.WebSocketMaxMessage, 1<<20)
+	if o.Synchronous == "" {
 		o.Synchronous = "FULL"
-	case "FULL", "NORMAL":
-	default:
+	} else if o.Synchronous != "FULL" && o.Synchronous != "NORMAL" {
 		return fmt.Errorf("core: Options.Synchronous must be FULL or NORMAL, not %q", o.Synchronous)
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	o.AlarmRetry = o.AlarmRetry.withDefaults()
-	if o.AlarmTimeout <= 0 {
-		o.AlarmTimeout = 15 * time.Minute
-	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	if o.AlarmConcurrency <= 0 {
-		o.AlarmConcurrency = 64
-	}
-	if o.WebSocketSendQueue <= 0 {
-		o.WebSocketSendQueue = 256
-	}
-	if o.WebSocketMaxMessage <= 0 {
-		o.WebSocketMaxMessage = 1 << 20
-	}
+	o.AlarmRetry = o.AlarmRetry.withDefaults()
 	return nil
+}
+
+func orDefault[T int | int64 | time.Duration](v *T, d T) {
+	if *v <= 0 {
+		*v = d
+	}
 }
 
 // Runtime hosts namespaces of objects over one data directory. It is safe
@@ -151,7 +139,7 @@ type Runtime struct {
 	shut     sync.Mutex // serializes Shutdown; protects shutDone
 	shutDone bool
 
-	calls   atomic.Int64  // calls in flight (and alarm fires), waited for by Shutdown
+	calls   atomic.Int64  // calls, fires and background work in flight, waited for by Shutdown
 	drained chan struct{} // signalled when calls drops to 0 after Shutdown began
 
 	base   context.Context // turns, Await, alarm runs and deliveries derive from it
@@ -164,7 +152,6 @@ type Runtime struct {
 	stats    runtimeStats
 	clock    atomic.Int64   // coarse time.Now, unix ns, updated by the janitor
 	uses     atomic.Int64   // a sequence stamped on objects as they go idle, for LRU
-	closers  sync.WaitGroup // databases being closed, and other work, in the background
 	closing  sync.Map       // *object -> time.Time: evicted databases being closed
 	sched    *scheduler
 
@@ -213,33 +200,24 @@ func Open(opts Options) (*Runtime, error) {
 		drained:    make(chan struct{}, 1),
 	}
 	rt.base, rt.cancel = context.WithCancel(context.Background())
-	if opts.Dir == "" {
-		d, err := os.MkdirTemp("", "durable-")
-		if err != nil {
-			return nil, fmt.Errorf("core: open: %w", err)
-		}
-		rt.dir, rt.ownDir = d, true
-	} else {
-		d, err := filepath.Abs(opts.Dir)
-		if err != nil {
-			return nil, fmt.Errorf("core: open: %w", err)
-		}
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return nil, fmt.Errorf("core: open: %w", err)
-		}
-		rt.dir = d
+	var err error
+	if rt.ownDir = opts.Dir == ""; rt.ownDir {
+		rt.dir, err = os.MkdirTemp("", "durable-")
+	} else if rt.dir, err = filepath.Abs(opts.Dir); err == nil {
+		err = os.MkdirAll(rt.dir, 0o755)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("core: open: %w", err)
 	}
 	if rt.opts.OnAlarmDropped == nil {
 		rt.opts.OnAlarmDropped = rt.logDropped
 	}
-	sched, err := newScheduler(rt)
-	if err != nil {
+	if rt.sched, err = newScheduler(rt); err != nil {
 		if rt.ownDir {
 			os.RemoveAll(rt.dir)
 		}
 		return nil, fmt.Errorf("core: open: %w", err)
 	}
-	rt.sched = sched
 	rt.clock.Store(rt.now().UnixNano())
 	go rt.janitor()
 	return rt, nil
@@ -291,28 +269,15 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	<-rt.done
-	abandoned := func() error {
-		return fmt.Errorf("core: shutdown: %w; abandoned: %s", ctx.Err(), strings.Join(rt.busy(), ", "))
-	}
 	waitCalls := func() error {
 		for rt.calls.Load() > 0 {
 			select {
 			case <-rt.drained:
 			case <-ctx.Done():
-				return abandoned()
+				return fmt.Errorf("core: shutdown: %w; abandoned: %s", ctx.Err(), strings.Join(rt.busy(), ", "))
 			}
 		}
 		return nil
-	}
-	wait := func(wg *sync.WaitGroup) error {
-		ch := make(chan struct{})
-		go func() { wg.Wait(); close(ch) }()
-		select {
-		case <-ch:
-			return nil
-		case <-ctx.Done():
-			return abandoned()
-		}
 	}
 	if err := waitCalls(); err != nil {
 		return err
@@ -331,7 +296,7 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 			}
 		}
 	}
-	if err := wait(&rt.closers); err != nil {
+	if err := waitCalls(); err != nil {
 		return err
 	}
 	errs = append(errs, rt.sched.closeIndex())
@@ -375,9 +340,9 @@ func (rt *Runtime) busy() []string {
 // goWork runs fn in the background, owned by the runtime: Shutdown waits
 // for it.
 func (rt *Runtime) goWork(fn func()) {
-	rt.closers.Add(1)
+	rt.calls.Add(1)
 	go func() {
-		defer rt.closers.Done()
+		defer rt.leave()
 		fn()
 	}()
 }

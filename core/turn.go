@@ -34,6 +34,7 @@ type turn struct {
 
 	mu       sync.Mutex // guards the pointer to segment (Send may come from any goroutine)
 	*segment            // made when the turn first uses storage or output
+	hasSeg   atomic.Bool
 
 	waiting atomic.Pointer[object]    // the gate this turn is queued for
 	done    atomic.Pointer[mergedCtx] // Done tied to the runtime's base context, made on demand
@@ -62,6 +63,7 @@ func (t *turn) seg() *segment {
 	defer t.mu.Unlock()
 	if t.segment == nil {
 		t.segment = new(segment)
+		t.hasSeg.Store(true)
 	}
 	return t.segment
 }
@@ -227,9 +229,15 @@ func (b *batch) wait() error {
 // run runs fn as one turn: it waits for the gate, builds the instance if
 // needed, runs fn, and returns once the turn's writes (and any writes it
 // read) are durable.
-func (o *object) run(ctx context.Context, fn func(context.Context, any) error) (err error) {
+func (o *object) run(ctx context.Context, fn func(context.Context, any) error) error {
+	return o.runTurn(ctx, false, func(t *turn) error { return o.invoke(t, fn) })
+}
+
+// runTurn runs body as a turn holding the gate, once the instance is built.
+// A reentry is not refused for a full queue (an alarm run).
+func (o *object) runTurn(ctx context.Context, reentry bool, body func(*turn) error) (err error) {
 	t := &turn{Context: ctx, o: o}
-	if err := o.acquire(t, false); err != nil {
+	if err := o.acquire(t, reentry); err != nil {
 		return err
 	}
 	defer func() {
@@ -245,7 +253,7 @@ func (o *object) run(ctx context.Context, fn func(context.Context, any) error) (
 			return err
 		}
 	}
-	return o.invoke(t, fn)
+	return body(t)
 }
 
 // end finishes a turn that holds the gate: the batch is committed now if
@@ -364,11 +372,10 @@ func (t *turn) write() (*store, error) {
 func (t *turn) endSegment(failed bool) error {
 	o := t.o
 	t.live.Store(false)
-	t.mu.Lock()
-	if t.segment == nil { // no storage, no output
-		t.mu.Unlock()
+	if !t.hasSeg.Load() { // no storage, no output
 		return nil
 	}
+	t.mu.Lock()
 	effects := t.effects
 	t.effects = nil
 	t.mu.Unlock()
