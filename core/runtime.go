@@ -150,9 +150,9 @@ type Runtime struct {
 
 	isClosed atomic.Bool
 	stats    runtimeStats
-	clock    atomic.Int64   // coarse time.Now, unix ns, updated by the janitor
-	uses     atomic.Int64   // a sequence stamped on objects as they go idle, for LRU
-	closing  sync.Map       // *object -> time.Time: evicted databases being closed
+	clock    atomic.Int64 // coarse time.Now, unix ns, updated by the janitor
+	uses     atomic.Int64 // a sequence stamped on objects as they go idle, for LRU
+	closing  sync.Map     // *object -> time.Time: evicted databases being closed
 	sched    *scheduler
 
 	templateOnce  sync.Once

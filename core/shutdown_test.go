@@ -1,4 +1,4 @@
-package defects_test
+package core_test
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Shutdown is bounded (issue 10: "Shutdown cannot be bounded"): Shutdown
+// Shutdown is bounded: Shutdown
 // cancels the runtime's base context, from which turns, Await fns and
 // alarm runs derive, and waits for them until its ctx ends; what is left
 // running then is reported by name. Close is Shutdown bounded by 30 s.
@@ -68,9 +68,9 @@ func TestRuntime_ShutdownCancelsAwaitAndAlarms(t *testing.T) {
 				})
 			})
 		}()
-		_, ok := recv(t, inAwait, time.Minute, "the call inside Await")
+		_, ok := recvWithin(t, inAwait, time.Minute, "the call inside Await")
 		require.True(t, ok)
-		_, ok = recv(t, inAlarm, time.Minute, "the alarm handler")
+		_, ok = recvWithin(t, inAlarm, time.Minute, "the alarm handler")
 		require.True(t, ok)
 
 		start := time.Now()
@@ -91,7 +91,7 @@ func TestRuntime_ShutdownCancelsAwaitAndAlarms(t *testing.T) {
 			endCall() // unblock the Await fn; the alarm ends at its 15 min timeout
 			<-shutErr // so that the bubble can end
 		}
-		if err, ok := recv(t, callErr, time.Minute, "the call inside Await"); ok && err == nil {
+		if err, ok := recvWithin(t, callErr, time.Minute, "the call inside Await"); ok && err == nil {
 			t.Errorf("the call inside Await during Shutdown: got nil, want an error")
 		}
 		err = core.Do(context.Background(), caller, func(context.Context, *waiter) error { return nil })
@@ -117,7 +117,7 @@ func stubborn(t *testing.T, rt *core.Runtime, release <-chan struct{}) (callErr 
 			return nil
 		})
 	}()
-	_, ok := recv(t, started, time.Minute, "the stubborn turn")
+	_, ok := recvWithin(t, started, time.Minute, "the stubborn turn")
 	require.True(t, ok)
 	return errs
 }
@@ -151,11 +151,11 @@ func checkBounded(t *testing.T, what string, bound time.Duration, stop func(*cor
 			close(release)
 			<-stopErr
 		}
-		recv(t, callErr, time.Minute, "the stubborn call")
+		recvWithin(t, callErr, time.Minute, "the stubborn call")
 		// Whatever the runtime left to do once the turn ended.
 		done := make(chan error, 1)
 		go func() { done <- rt.Close() }()
-		recv(t, done, time.Minute, "Close after the stubborn turn ended")
+		recvWithin(t, done, time.Minute, "Close after the stubborn turn ended")
 	})
 }
 

@@ -1,4 +1,4 @@
-package defects_test
+package core_test
 
 import (
 	"context"
@@ -57,14 +57,11 @@ func wait(ch <-chan struct{}, what string) error {
 	}
 }
 
-// Storage inside an Await fn (issue 10: "storage used inside an Await fn
-// silently joins whichever turn happens to be running"): while turn 1 is
+// Storage inside an Await fn: while turn 1 is
 // inside Await and turn 2 of the same object runs (and will fail),
 // storage with the fn's ctx or with turn 1's outer ctx is ErrNotInTurn;
 // nothing the fn tried to write is stored, and turn 2's failure reaches
-// turn 2's caller only. (On 8c81713 the outcome is right, but the check
-// reads the object's current turn from the fn's goroutine: go test -race
-// reports it in the second part.)
+// turn 2's caller only, with go test -race quiet in the second part.
 func TestStorage_AwaitFnIsNotInTurn(t *testing.T) {
 	rt := openRuntime(t, core.Options{})
 	ns, err := core.Register(rt, "journals", newJournal)
@@ -94,7 +91,7 @@ func TestStorage_AwaitFnIsNotInTurn(t *testing.T) {
 			return j.add(ctx, "turn 1 after Await")
 		})
 	}()
-	_, ok := recv(t, inFn, hangGuard, "turn 1 inside Await")
+	_, ok := recvWithin(t, inFn, hangGuard, "turn 1 inside Await")
 	require.True(t, ok)
 	errTurn2 := errors.New("turn 2 fails on purpose")
 	turn2Err := core.Do(ctx, stub, func(ctx context.Context, j *journal) error {
@@ -107,7 +104,7 @@ func TestStorage_AwaitFnIsNotInTurn(t *testing.T) {
 		}
 		return errTurn2
 	})
-	turn1Err, ok := recv(t, turn1, hangGuard, "turn 1's call")
+	turn1Err, ok := recvWithin(t, turn1, hangGuard, "turn 1's call")
 	require.True(t, ok)
 
 	if !errors.Is(fnErrActx, core.ErrNotInTurn) {
@@ -182,7 +179,7 @@ func TestStorage_AwaitFnIsNotInTurn(t *testing.T) {
 	}
 }
 
-// Rows left open (issue 10: "One forgotten rows.Close() wedges the
+// Rows left open wedges the
 // runtime"): a turn that returns with its Rows open succeeds, the Rows
 // are closed when the turn ends, and the object can be evicted, come back
 // and the runtime close.
@@ -307,7 +304,7 @@ func (c *counter) memory(ctx context.Context) ([2]int, error) {
 	return [2]int{c.n, stored}, err
 }
 
-// Failed turns (issue 10: "Failed turns keep their memory"): a turn that
+// Failed turns: a turn that
 // panics is rolled back in storage and its instance dropped, so the next
 // event finds memory rebuilt from storage by the constructor.
 func TestCall_PanicDropsInstance(t *testing.T) {
@@ -363,7 +360,7 @@ func TestCall_GoexitReleasesGate(t *testing.T) {
 		})
 		returned = true // not reached: Goexit ends this goroutine
 	}()
-	_, ok := recv(t, exited, hangGuard, "the goroutine that called runtime.Goexit")
+	_, ok := recvWithin(t, exited, hangGuard, "the goroutine that called runtime.Goexit")
 	require.True(t, ok)
 	require.False(t, returned, "core.Do returned although its turn called runtime.Goexit")
 

@@ -1,4 +1,4 @@
-package defects_test
+package core_test
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 )
 
 // WebSocket output goes through the gate of the turn whose ctx is passed
-// (issue 10, "Output through the wrong gate, and a data race"): a send
+//: a send
 // made in object B's turn to a socket held by object A leaves with B's
 // commit and is dropped if B's turn fails; a ctx that marks no live turn
 // (Background, an Await fn's, a turn that has ended) is ErrNotInTurn, and
@@ -81,7 +81,7 @@ func newWSFixture(t *testing.T) *wsFixture {
 	require.NoError(t, err)
 	t.Cleanup(func() { f.client.Close() })
 	var ok bool
-	f.ws, ok = recv(t, accepted, hangGuard, "A's accepted WebSocket")
+	f.ws, ok = recvWithin(t, accepted, hangGuard, "A's accepted WebSocket")
 	require.True(t, ok)
 	go func() {
 		defer close(f.msgs)

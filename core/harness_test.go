@@ -1,8 +1,8 @@
-// Package defects_test holds the tests of issue 10 ("The turn as a value"):
-// one test per defect the issue lists, each failing on the core of commit
-// 8c81713 for that defect's reason and passing once the redesign lands.
-// They use only the public API of core and core/coretest.
-package defects_test
+// Helpers of the tests of the turn's guarantees (alarms across SIGKILL
+// inside Await, output gates, failed turns, Shutdown, one clock,
+// deadlocks): bounded waits, a child process, captured logs.
+
+package core_test
 
 import (
 	"bytes"
@@ -63,8 +63,8 @@ func within(d time.Duration, fn func()) bool {
 	}
 }
 
-// recv waits for a value on ch for at most d (fake time in a bubble).
-func recv[V any](t *testing.T, ch <-chan V, d time.Duration, what string) (V, bool) {
+// recvWithin waits for a value on ch for at most d (fake time in a bubble).
+func recvWithin[V any](t *testing.T, ch <-chan V, d time.Duration, what string) (V, bool) {
 	t.Helper()
 	select {
 	case v := <-ch:
@@ -77,7 +77,7 @@ func recv[V any](t *testing.T, ch <-chan V, d time.Duration, what string) (V, bo
 }
 
 // childEnv names the test a re-executed test binary is to run as a child.
-const childEnv = "DURABLE_DEFECTS_CHILD"
+const childEnv = "DURABLE_TEST_CHILD"
 
 // isChild reports whether this process is the child of t.
 func isChild(t *testing.T) bool { return os.Getenv(childEnv) == t.Name() }

@@ -1,4 +1,4 @@
-package defects_test
+package core_test
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Self-deadlocks become errors (issue 10: "Self-deadlocks"): a call or
+// Self-deadlocks become errors: a call or
 // TriggerAlarm from a turn to its own object opens the caller's gate, as
 // Call does, and completes; a call that would wait for a gate held by a
 // turn that is itself waiting, directly or through other objects, for the

@@ -1,4 +1,4 @@
-package defects_test
+package core_test
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// One clock (issue 10: "Two clocks"): State.Now and idle eviction follow
+// One clock: State.Now and idle eviction follow
 // Options.Now, as alarms and schedules do.
 
 // shiftedClock is an Options.Now that runs offset ahead of time.Now.

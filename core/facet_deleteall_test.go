@@ -1,4 +1,4 @@
-package defects_test
+package core_test
 
 import (
 	"context"
@@ -10,8 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// DeleteAll rolls back for facets (issue 10: "DeleteAll does not roll
-// back for facets"): a DeleteAll in a turn that then fails leaves the
+// DeleteAll rolls back for facets: a DeleteAll in a turn that then fails leaves the
 // facets' databases and timers as they were; in a turn that commits, it
 // removes them.
 

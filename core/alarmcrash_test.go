@@ -1,4 +1,4 @@
-package defects_test
+package core_test
 
 import (
 	"bufio"
@@ -19,7 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Alarm durability across Await (issue 10, "An alarm can vanish"): an
+// Alarm durability across Await: an
 // alarm, a facet's alarm and a schedule entry stay durable until their
 // run has finished, however many Awaits the handler makes; a SIGKILL at
 // any moment means they run again (at least once).
@@ -37,9 +37,9 @@ import (
 
 const (
 	crashPerKind = 16 // timers of each kind per child (64 alarms may run at once)
-	crashDirEnv  = "DURABLE_DEFECTS_ALARM_DIR"
-	crashModeEnv = "DURABLE_DEFECTS_ALARM_MODE"
-	crashSeedEnv = "DURABLE_DEFECTS_SEED" // replays the random kill moment
+	crashDirEnv  = "DURABLE_TEST_ALARM_DIR"
+	crashModeEnv = "DURABLE_TEST_ALARM_MODE"
+	killSeedEnv  = "DURABLE_TEST_SEED" // replays the random kill moment
 
 	kindPlain = "plain" // an object's own alarm
 	kindFacet = "facet" // a facet's alarm (RegisterFacet)
@@ -244,7 +244,7 @@ func TestAlarm_SIGKILLChild(t *testing.T) {
 		}
 	}
 	require.NotNil(t, moment, "unknown kill moment %q", mode)
-	seed, _ := strconv.ParseUint(os.Getenv(crashSeedEnv), 10, 64)
+	seed, _ := strconv.ParseUint(os.Getenv(killSeedEnv), 10, 64)
 	var reached atomic.Int64
 	signal := func() {
 		if reached.Add(1) == int64(len(crashKinds)*crashPerKind) {
@@ -276,8 +276,8 @@ func TestAlarm_SIGKILLChild(t *testing.T) {
 	time.Sleep(time.Minute) // killed long before
 }
 
-// crashRun is one child: its directory and what ran in it.
-type crashRun struct {
+// killRun is one child: its directory and what ran in it.
+type killRun struct {
 	moment string
 	dir    string
 	ran    map[string]bool // "kind/name" of handlers that returned in the child
@@ -286,17 +286,17 @@ type crashRun struct {
 
 func TestAlarm_SurvivesSIGKILLInsideAwait(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv(crashSeedEnv); s != "" {
+	if s := os.Getenv(killSeedEnv); s != "" {
 		var err error
 		seed, err = strconv.ParseUint(s, 10, 64)
 		require.NoError(t, err)
 	}
-	t.Logf("random kill moment: seed %d (replay with %s=%d)", seed, crashSeedEnv, seed)
+	t.Logf("random kill moment: seed %d (replay with %s=%d)", seed, killSeedEnv, seed)
 	rng := rand.New(rand.NewPCG(seed, 0))
 
-	runs := make([]*crashRun, 0, len(crashMoments))
+	runs := make([]*killRun, 0, len(crashMoments))
 	for _, m := range crashMoments {
-		r := &crashRun{moment: m.name, dir: t.TempDir(), ran: map[string]bool{}}
+		r := &killRun{moment: m.name, dir: t.TempDir(), ran: map[string]bool{}}
 		var delay time.Duration
 		if m.name == "random" {
 			delay = time.Duration(rng.IntN(300)) * time.Millisecond
@@ -387,11 +387,11 @@ func TestAlarm_SurvivesSIGKILLInsideAwait(t *testing.T) {
 // killChild runs the child for one kill moment and SIGKILLs it there: at
 // "ready", or delay after "armed" for the random moment. It records the
 // handlers that returned in the child.
-func killChild(t *testing.T, moment string, r *crashRun, seed uint64, delay time.Duration) error {
+func killChild(t *testing.T, moment string, r *killRun, seed uint64, delay time.Duration) error {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestAlarm_SIGKILLChild$", "-test.count=1", "-test.timeout=2m")
 	cmd.Env = append(os.Environ(), childEnv+"=TestAlarm_SIGKILLChild",
-		crashDirEnv+"="+r.dir, crashModeEnv+"="+moment, crashSeedEnv+"="+strconv.FormatUint(seed, 10))
+		crashDirEnv+"="+r.dir, crashModeEnv+"="+moment, killSeedEnv+"="+strconv.FormatUint(seed, 10))
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	cmd.Stderr = cmd.Stdout

@@ -1,4 +1,4 @@
-package defects_test
+package core_test
 
 import (
 	"context"
@@ -10,9 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Every error from Call, TriggerAlarm and Rearm is an *Error (issue 10:
-// "every error from Call, TriggerAlarm and Rearm an *Error as errors.go
-// promises"), naming the namespace and object when there is one.
+// Every error from Call, TriggerAlarm and Rearm is an *Error, naming the namespace and object when there is one.
 func TestError_CallTriggerAlarmRearmReturnError(t *testing.T) {
 	ctx := context.Background()
 	type opened struct {
