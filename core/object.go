@@ -264,14 +264,12 @@ func (o *object) closeRemoved(ch chan struct{}) error {
 // Shutdown waits for it too, and reports it if it does not end.
 func (o *object) evict() {
 	ch := o.detach()
-	o.rt.calls.Add(1)
 	o.rt.closing.Store(o, o.rt.now())
-	go func() {
-		defer o.rt.leave()
+	o.rt.goWork(func() {
 		defer o.rt.closing.Delete(o)
 		if err := o.closeRemoved(ch); err != nil {
 			o.rt.log.Warn("closing an evicted object's database failed", "event", "close_failed",
 				"namespace", o.ns.name, "name", o.name, "error", err)
 		}
-	}()
+	})
 }

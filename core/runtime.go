@@ -330,11 +330,8 @@ func (rt *Runtime) busy() []string {
 		out = append(out, fmt.Sprintf("%s/%q (its database is closing since %v)", o.ns.name, o.place.name, v.(time.Time).Format(time.RFC3339)))
 		return true
 	})
-	if len(out) == 0 {
-		out = append(out, "calls not yet queued")
-	}
 	sort.Strings(out)
-	return out
+	return append(out, fmt.Sprintf("%d calls in flight", rt.calls.Load()))
 }
 
 // goWork runs fn in the background, owned by the runtime: Shutdown waits
@@ -397,8 +394,7 @@ func (rt *Runtime) snapshotNamespaces() []*namespace {
 // it and waits for it.
 func (rt *Runtime) janitor() {
 	defer close(rt.done)
-	every := rt.opts.IdleTimeout / 4
-	every = min(max(every, time.Millisecond), time.Second)
+	every := rt.tick()
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -409,6 +405,7 @@ func (rt *Runtime) janitor() {
 				return
 			case <-rt.wake:
 			}
+			rt.clock.Store(rt.now().UnixNano())
 			t.Reset(every)
 		}
 		select {
@@ -432,15 +429,21 @@ func (rt *Runtime) wakeJanitor() {
 }
 
 // coarseNow is the runtime's clock to within the janitor's tick (at most
-// 1 s), at the cost of an atomic load: the gate stamps every release with
+// 250 ms), at the cost of an atomic load: the gate stamps every release with
 // it.
 func (rt *Runtime) coarseNow() time.Time { return time.Unix(0, rt.clock.Load()) }
 
-// evictIdle evicts every object idle for IdleTimeout.
+// tick is the janitor's period, and how far behind the coarse clock can be.
+func (rt *Runtime) tick() time.Duration {
+	return min(max(rt.opts.IdleTimeout/40, time.Millisecond), 250*time.Millisecond)
+}
+
+// evictIdle evicts every object idle for IdleTimeout: by the coarse clock
+// that stamped it, for IdleTimeout and one tick.
 func (rt *Runtime) evictIdle(now time.Time) {
 	for _, ns := range rt.snapshotNamespaces() {
 		for _, o := range ns.snapshot() {
-			if d, _ := o.idleSince(now); d >= rt.opts.IdleTimeout && o.tryEvict() {
+			if d, _ := o.idleSince(now); d >= rt.opts.IdleTimeout+rt.tick() && o.tryEvict() {
 				o.evict()
 			}
 		}

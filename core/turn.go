@@ -29,15 +29,12 @@ import (
 // through that context, never through the object.
 type turn struct {
 	context.Context
-	o    *object
-	live atomic.Bool
-
-	mu       sync.Mutex // guards the pointer to segment (Send may come from any goroutine)
-	*segment            // made when the turn first uses storage or output
+	o        *object
+	live     atomic.Bool
 	hasSeg   atomic.Bool
-
-	waiting atomic.Pointer[object]    // the gate this turn is queued for
-	done    atomic.Pointer[mergedCtx] // Done tied to the runtime's base context, made on demand
+	mu       sync.Mutex             // guards segment's making and its effects (Send may come from any goroutine)
+	*segment                        // made when the turn first uses storage, output or Done
+	waiting  atomic.Pointer[object] // the gate this turn is queued for
 }
 
 // parent is the turn whose context made t's call: it waits in Await
@@ -55,22 +52,23 @@ type segment struct {
 	rows    []*Rows
 	timers  bool     // the segment changed a timer
 	effects []effect // the segment's output
+	done    context.Context
+	stop    func() // unties done from the runtime's base context
 }
 
 // seg returns the turn's segment state, making it if needed.
 func (t *turn) seg() *segment {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.segLocked()
+}
+
+func (t *turn) segLocked() *segment {
 	if t.segment == nil {
 		t.segment = new(segment)
 		t.hasSeg.Store(true)
 	}
 	return t.segment
-}
-
-type mergedCtx struct {
-	context.Context
-	stop func()
 }
 
 type spState uint8
@@ -94,34 +92,21 @@ func (t *turn) Value(key any) any {
 	return t.Context.Value(key)
 }
 
-// Done is the caller's Done, ended also by Runtime.Shutdown. The tie to the
-// runtime's base context is made only when the turn's code asks for Done.
+// Done is the caller's Done, ended also by Runtime.Shutdown (the tie to
+// the runtime's base context is made when the code first asks).
 func (t *turn) Done() <-chan struct{} { return t.merged().Done() }
-
-// Err is Done's reason.
-func (t *turn) Err() error {
-	if m := t.done.Load(); m != nil {
-		return m.Err()
-	}
-	if err := t.Context.Err(); err != nil {
-		return err
-	}
-	return t.o.rt.base.Err()
-}
+func (t *turn) Err() error            { return t.merged().Err() }
 
 func (t *turn) merged() context.Context {
-	if m := t.done.Load(); m != nil {
-		return m
+	s := t.seg()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if s.done == nil {
+		ctx, cancel := context.WithCancel(t.Context)
+		stop := context.AfterFunc(t.o.rt.base, cancel)
+		s.done, s.stop = ctx, func() { stop(); cancel() }
 	}
-	ctx, cancel := context.WithCancel(t.Context)
-	m := &mergedCtx{Context: ctx}
-	if !t.done.CompareAndSwap(nil, m) {
-		cancel()
-		return t.done.Load()
-	}
-	stop := context.AfterFunc(t.o.rt.base, cancel)
-	m.stop = func() { stop(); cancel() }
-	return m
+	return s.done
 }
 
 // turnOf returns the turn ctx marks if its segment is running, or nil.
@@ -165,8 +150,8 @@ const (
 
 // emit adds an effect to the segment's output.
 func (t *turn) emit(e effect) {
-	s := t.seg()
 	t.mu.Lock()
+	s := t.segLocked()
 	if s.effects == nil {
 		if p, ok := effectPool.Get().(*[]effect); ok {
 			s.effects = *p
@@ -260,8 +245,12 @@ func (o *object) runTurn(ctx context.Context, reentry bool, body func(*turn) err
 // no other turn is queued to join it, and the turn returns once its writes
 // are durable. It runs even when the turn's goroutine exits.
 func (t *turn) end() error {
-	if m := t.done.Load(); m != nil && m.stop != nil {
-		m.stop()
+	if t.hasSeg.Load() {
+		t.mu.Lock()
+		if t.stop != nil {
+			t.stop()
+		}
+		t.mu.Unlock()
 	}
 	return t.o.leave().wait()
 }
