@@ -3,13 +3,13 @@ package core
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 )
 
-// DeadLetter records an alarm that failed on every run its RetryPolicy
-// allowed. The original runtime drops such an alarm silently; this runtime
-// writes it durably to the runtime's dead-letter table, reports it to
-// Options.OnAlarmDropped, and can arm it again (Runtime.Rearm).
+// DeadLetter records an alarm that failed on every run its RetryPolicy allowed. The original
+// runtime drops such an alarm silently; this runtime writes it durably to the runtime's dead-letter
+// table, reports it to Options.OnAlarmDropped, and can arm it again (Runtime.Rearm).
 type DeadLetter struct {
 	Seq       int64     // the record's number
 	Namespace string    // the object's namespace
@@ -27,17 +27,9 @@ type DeadLetter struct {
 
 // logDropped is the default OnAlarmDropped hook: one structured record.
 func (rt *Runtime) logDropped(dl DeadLetter) {
-	rt.log.Error("alarm dropped after its last retry",
-		"event", "alarm_dropped",
-		"seq", dl.Seq,
-		"namespace", dl.Namespace,
-		"name", dl.Name,
-		"path", dl.Path,
-		"key", dl.Key,
-		"scheduled", dl.Scheduled,
-		"attempts", dl.Attempts,
-		"error", dl.LastError,
-	)
+	rt.log.Error("alarm dropped after its last retry", "event", "alarm_dropped", "seq", dl.Seq,
+		"namespace", dl.Namespace, "name", dl.Name, "path", dl.Path, "key", dl.Key,
+		"scheduled", dl.Scheduled, "attempts", dl.Attempts, "error", dl.LastError)
 }
 
 // DeadLetters lists the dead-letter table, oldest first.
@@ -53,26 +45,20 @@ func (rt *Runtime) DeadLetters() ([]DeadLetter, error) {
 	return out, err
 }
 
-// Rearm arms the dead letter's timer again at at, its retry count back to
-// zero, and removes the record. For the object's alarm that is SetAlarm(at)
-// (replacing any alarm set since). For a schedule entry that still exists
-// (a recurring one) its next run moves to at; one that is gone comes back
-// as a one-shot entry with its kind and payload. The object's namespace
-// must be registered.
+// Rearm arms the dead letter's timer again at at, its retry count back to zero, and removes the
+// record. For the object's alarm that is SetAlarm(at) (replacing any alarm set since); a schedule
+// entry still there (a recurring one) next runs at at; one that is gone comes back as a one-shot
+// entry with its kind and payload. The object's namespace must be registered.
 func (rt *Runtime) Rearm(ctx context.Context, seq int64, at time.Time) error {
 	dls, err := rt.DeadLetters()
 	if err != nil {
 		return &Error{Op: "rearm", Err: err}
 	}
-	var dl *DeadLetter
-	for i := range dls {
-		if dls[i].Seq == seq {
-			dl = &dls[i]
-		}
-	}
-	if dl == nil {
+	i := slices.IndexFunc(dls, func(d DeadLetter) bool { return d.Seq == seq })
+	if i < 0 {
 		return &Error{Op: "rearm", Err: fmt.Errorf("core: no dead letter %d", seq)}
 	}
+	dl := &dls[i]
 	rt.mu.RLock()
 	n := rt.namespaces[dl.Namespace]
 	rt.mu.RUnlock()

@@ -1,11 +1,10 @@
-// Package core runs durable objects: named, single-threaded actors, each
-// with its own SQLite database, one durable alarm, and a queue of calls.
+// Package core runs durable objects: named, single-threaded actors, each with its own SQLite
+// database, one durable alarm, and a queue of calls.
 //
-// An object is addressed by (namespace, name). The runtime keeps at most one
-// live instance per address and runs its code one turn at a time, in the
-// order the calls arrived. A turn is the code between two points where the
-// object waits for something that is not its own storage: Call runs one,
-// and State.Await (or a call to another object) splits a turn in two.
+// An object is addressed by (namespace, name). The runtime keeps at most one live instance per
+// address and runs its code one turn at a time, in the order the calls arrived. A turn is the code
+// between two points where the object waits for something that is not its own storage: Call runs
+// one, and State.Await (or a call to another object) splits a turn in two.
 //
 //	rt, err := core.Open(core.Options{Dir: "data"})
 //	ns, err := core.Register(rt, "inventory", NewInventory) // func(ctx, *core.State) (*Inventory, error)
@@ -14,102 +13,75 @@
 //		return inv.Reserve(ctx, 3)
 //	})
 //
-// There are only a few types: Runtime (with Options) hosts Namespaces; a
-// Stub addresses an object; State is the object's view of the runtime (its
-// name, Storage, Await, its clock, alarm and schedule); Storage is its
-// database (Rows, Row, Result). Objects may implement Alarmer,
-// TimerHandler, Fetcher and the WebSocket handlers; a WebSocket is a
-// handle to a connection the runtime owns. FacetKind hosts child objects.
-// Errors are *Error values; DeadLetter records an alarm given up.
+// Runtime (with Options) hosts Namespaces; a Stub addresses an object; State is the object's view
+// of the runtime (its name, Storage, Await, clock, alarm and schedule); Storage is its database
+// (Rows, Row, Result). Objects may implement Alarmer, TimerHandler, Fetcher and the WebSocket
+// handlers; a WebSocket is a handle to a connection the runtime owns. FacetKind hosts child
+// objects. Errors are *Error values; DeadLetter records an alarm given up.
 //
 // # The turn's context
 //
-// Object code receives a context in every turn: fn's in Call, the
-// constructor's, a handler's. It marks the turn, and every operation that
-// acts in the turn takes it: storage (Exec, Query, Get, Put ...), the alarm
-// and schedule methods, WebSocket Send and Close, AcceptWebSocket. Outside
-// a running turn (another goroutine, a context kept from an earlier turn,
-// the function given to Await) they fail with ErrNotInTurn; they never
-// join whatever turn happens to run. Pass the turn's context down to
-// helpers, and to calls to other objects.
+// Object code receives a context in every turn (fn's in Call, the constructor's, a handler's) that
+// marks the turn; every operation acting in the turn takes it: storage (Exec, Query, Get, Put ...),
+// the alarm and schedule methods, WebSocket Send and Close, AcceptWebSocket. Outside a running turn
+// (another goroutine, a context kept from an earlier turn, Await's function) they fail with
+// ErrNotInTurn, never joining whatever turn runs. Pass it to helpers and to calls to other objects.
 //
 // # Guarantees
 //
-//   - One instance per address. Same name, same object, across evictions and
-//     restarts (the name is hashed into the database file's name).
-//   - Input gate. A turn runs alone. Storage calls never let another turn in;
-//     only Await (and calls to other objects made with the turn's context)
-//     open the gate, so a read and a write with no Await between them cannot
-//     be interleaved. Values read before an Await may be stale after it.
-//   - Atomic turns. A turn's writes run in a SAVEPOINT: a turn that returns
-//     an error or panics is rolled back and leaves nothing partial, in
-//     storage or output. A returned error keeps the instance, and what the
-//     code changed in its memory; a panic (a *PanicError for the caller) or
-//     a runtime.Goexit also drops the instance, so the constructor rebuilds
-//     it from storage for the next event.
-//   - Output gate and durability. A caller gets its result only after the
-//     commit holding the turn's writes (and any writes the turn read) is
-//     durable: WAL with synchronous=FULL by default. While turns are queued
-//     they share one transaction and one fsync (group commit); an idle
-//     object commits at once.
-//   - Alarms are durable and delivered at least once, whatever the handler
-//     awaits: a timer stays stored (marked running) until its run's last
-//     segment commits; see Alarmer and RetryPolicy. An alarm that runs out
-//     of retries goes to a dead-letter table (Runtime.DeadLetters) instead
-//     of vanishing.
-//   - No silent deadlocks. A call, TriggerAlarm or Rearm that would wait
-//     for a gate held by a turn waiting for the caller fails at once with
-//     ErrDeadlock.
+//   - One instance per address, across evictions and restarts (the file name hashes the name).
+//   - Input gate. A turn runs alone. Storage calls never let another turn in; only Await (and calls
+//     to other objects made with the turn's context) open the gate, so a read and a write with no
+//     Await between them cannot be interleaved. Values read before an Await may be stale after it.
+//   - Atomic turns. A turn's writes run in a SAVEPOINT: a turn that returns an error or panics is
+//     rolled back, leaving nothing partial in storage or output. A returned error keeps the
+//     instance and its memory; a panic (a *PanicError for the caller) or a runtime.Goexit also
+//     drops the instance, so the constructor rebuilds it from storage for the next event.
+//   - Output gate and durability. A caller gets its result only once the commit holding the turn's
+//     writes (and any writes it read) is durable: WAL, synchronous=FULL by default. Queued turns
+//     share one transaction and one fsync (group commit); an idle object commits at once.
+//   - Alarms are durable and delivered at least once, whatever the handler awaits: a timer stays
+//     stored (marked running) until its run's last segment commits; see Alarmer and RetryPolicy. An
+//     alarm out of retries goes to a dead-letter table (Runtime.DeadLetters), never vanishes.
+//   - No silent deadlocks. A call, TriggerAlarm or Rearm that would wait for a gate held by a turn
+//     waiting for the caller fails at once with ErrDeadlock.
 //
 // # Concurrency
 //
-// Runtime, Namespace and Stub are safe for concurrent use. An object's own
-// fields are touched only by its turns, one at a time, so they need no
-// locks. There is no mailbox goroutine: a call runs its turn on the
-// caller's goroutine, and the gate is handed directly from one waiting
-// caller to the next in FIFO order.
-//
-// Each object's queue is bounded (Options.MaxQueue): a call to a full queue
-// fails at once with ErrOverloaded, which IsRetryable
-// report; back off before retrying. A context cancelled while the call
-// waits in the queue ends the wait; a turn already running is not
+// Runtime, Namespace and Stub are safe for concurrent use. An object's fields are touched only by
+// its turns, one at a time: they need no locks. No mailbox goroutine: a call runs its turn on the
+// caller's goroutine, and the gate passes from one waiting caller to the next in FIFO order. A call
+// to a full queue (Options.MaxQueue) fails at once with ErrOverloaded (IsRetryable; back off
+// first). A context cancelled while the call is queued ends the wait; a running turn is not
 // interrupted (its code sees the context and may return).
 //
 // # Persistence
 //
-// Each object has its own database at Dir/<namespace>/<id>.sqlite, created
-// on first use of storage. Objects idle for Options.IdleTimeout (10 s) are
-// evicted: the database is closed and the instance dropped; the next event
-// runs the constructor again, as the first turn, with the gate closed. At
-// most Options.MaxOpenObjects databases stay open; past that the least
-// recently used idle objects are evicted early. The runtime's own file,
-// Dir/_runtime.sqlite, holds the alarm index and the dead letters.
+// Each object has its own database, Dir/<namespace>/<id>.sqlite, created on first use of storage.
+// Objects idle for Options.IdleTimeout (10 s) are evicted (database closed, instance dropped); the
+// next event runs the constructor again, as the first turn, with the gate closed. Past
+// Options.MaxOpenObjects open databases, the least recently used idle objects are evicted early.
+// Dir/_runtime.sqlite holds the alarm index and the dead letters.
 //
 // # Errors
 //
-// Errors from Call are *Error values naming the object. The object's own
-// errors (returned or panicked) are wrapped in *RemoteError (IsRemote);
-// ErrOverloaded and ErrCommitFailed are retryable (IsRetryable); ErrClosed
-// means the runtime is closing. User SQL that would take over the runtime's
-// transactions or files fails with ErrSQLNotAllowed.
+// Errors from Call are *Error values naming the object. The object's own errors (returned or
+// panicked) are wrapped in *RemoteError (IsRemote); ErrOverloaded and ErrCommitFailed are retryable
+// (IsRetryable); ErrClosed means the runtime is closing; ErrSQLNotAllowed refuses SQL taking over
+// the runtime's transactions or files.
 //
 // # Shutdown
 //
-// Runtime.Shutdown stops new calls, cancels the runtime's base context
-// (the Done of turns, Await's functions, alarm runs and WebSocket
-// deliveries end with it), waits until what runs has finished or its ctx
-// ends, and reports what it abandoned. Close is Shutdown bounded by
-// CloseTimeout.
+// Runtime.Shutdown stops new calls, cancels the runtime's base context (the Done of turns, Await's
+// functions, alarm runs and WebSocket deliveries end with it), waits until what runs has finished
+// or its ctx ends, and reports what it abandoned. Close is Shutdown bounded by CloseTimeout.
 //
 // # Caveats
 //
-//   - A call from inside a turn must be given the turn's context: with
-//     another one the caller's gate stays closed while it waits. The
-//     runtime finds such a caller on the goroutine's stack when the call
-//     would have to wait for a busy gate, and refuses that wait with
-//     ErrDeadlock rather than risk one that never ends.
-//   - One Runtime per data directory: two processes on one directory break
-//     the one-instance rule.
-//   - If a turn fails after an Await, only the part after the Await is
-//     rolled back: Await commits the turn so far.
+//   - A call from inside a turn must be given the turn's context: with another one the caller's
+//     gate stays closed while it waits. The runtime finds such a caller on the goroutine's stack
+//     when the call would wait for a busy gate, and refuses with ErrDeadlock rather than risk a
+//     wait that never ends.
+//   - One Runtime per data directory: two processes on one directory break the one-instance rule.
+//   - A turn failing after an Await rolls back only what follows it: Await commits the turn so far.
 package core

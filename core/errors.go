@@ -5,101 +5,66 @@ import (
 	"fmt"
 )
 
-// Errors returned by the runtime. Test for them with errors.Is; the helpers
-// IsRetryable and IsRemote classify an error the way a caller
-// decides what to do next.
+// Errors returned by the runtime. Test for them with errors.Is; the helpers IsRetryable and
+// IsRemote classify an error the way a caller decides what to do next.
 var (
-	// ErrClosed is returned by calls on a runtime that has been closed, and by
-	// calls still queued when Close was called.
+	// ErrClosed is returned by calls on a closed runtime, and by calls still queued at Close.
 	ErrClosed = errors.New("core: runtime closed")
-
-	// ErrOverloaded is returned at once when an object's queue is full
-	// (Options.MaxQueue). It is retryable, but not at once: back off first.
+	// ErrOverloaded is returned at once on a full object queue (Options.MaxQueue): back off, retry.
 	ErrOverloaded = errors.New("core: object overloaded")
-
-	// ErrInvalidName is returned for an object name that is empty, longer than
-	// MaxNameLen bytes, or not valid UTF-8, and for a namespace name that is
-	// not a plain identifier.
+	// ErrInvalidName is returned for an object name that is empty, longer than MaxNameLen bytes, or
+	// not valid UTF-8, and for a namespace name that is not a plain identifier.
 	ErrInvalidName = errors.New("core: invalid name")
-
-	// ErrCommitFailed is returned when the commit that holds a turn's writes
-	// could not be made durable. The turn's writes are lost (never half
-	// applied); the call is retryable.
+	// ErrCommitFailed is returned when the commit that holds a turn's writes could not be made
+	// durable. The turn's writes are lost (never half applied); the call is retryable.
 	ErrCommitFailed = errors.New("core: commit failed")
-
-	// ErrNotInTurn is returned when storage, Await or the alarm methods are
-	// used while the object is not running a turn, for example from a
-	// goroutine the object started itself.
+	// ErrNotInTurn is returned when storage, Await or the alarm methods are used outside a turn of
+	// the object, from a goroutine it started, say.
 	ErrNotInTurn = errors.New("core: not inside a turn of this object")
-
-	// ErrSQLNotAllowed is returned for SQL that would take control of the
-	// runtime's transactions or files: BEGIN, COMMIT, ROLLBACK, SAVEPOINT,
-	// RELEASE, ATTACH, DETACH, PRAGMAs that change settings, and writes to the
-	// runtime's own tables (named _durable_*). Use Storage.Transaction for a
-	// nested transaction.
+	// ErrSQLNotAllowed is returned for SQL that would take control of the runtime's transactions or
+	// files: BEGIN, COMMIT, ROLLBACK, SAVEPOINT, RELEASE, ATTACH, DETACH, PRAGMAs that change
+	// settings, and writes to the runtime's tables (_durable_*); nest with Storage.Transaction.
 	ErrSQLNotAllowed = errors.New("core: sql statement not allowed")
-
 	// ErrNoRows is returned by Row.Scan when the query selected no row.
 	ErrNoRows = errors.New("core: no rows in result set")
-
-	// ErrDeadlock is returned at once by a call, TriggerAlarm or another
-	// runtime operation that would wait for a gate held by a turn that is
-	// itself waiting, directly or through other objects, for the caller.
+	// ErrDeadlock is returned at once by a call, TriggerAlarm or other operation that would wait
+	// for a gate held by a turn waiting, directly or through other objects, for the caller.
 	ErrDeadlock = errors.New("core: deadlock: the object's gate is held by a turn waiting for this caller")
-
 	// ErrTooLarge is returned when a value is over a documented size limit.
 	ErrTooLarge = errors.New("core: value too large")
-
-	// ErrWebSocketClosed is returned by the methods of a *WebSocket whose
-	// connection is closed or closing.
+	// ErrWebSocketClosed is returned by *WebSocket methods once the connection is closing.
 	ErrWebSocketClosed = errors.New("core: websocket closed")
-
-	// ErrSlowClient is the cause reported to WebSocketError when a client
-	// did not read fast enough: Options.WebSocketSendQueue messages were
-	// waiting for it. The connection was closed with 1013.
+	// ErrSlowClient is the cause reported to WebSocketError when a client did not read fast enough:
+	// Options.WebSocketSendQueue messages were waiting for it. The connection was closed with 1013.
 	ErrSlowClient = errors.New("core: websocket client too slow: send queue full")
-
-	// ErrInvalidText is the cause reported to WebSocketError when a client
-	// sent a text message that is not valid UTF-8. The message was not
-	// delivered, and the connection was closed with 1007.
+	// ErrInvalidText is the cause reported to WebSocketError when a client sent a text message that
+	// is not valid UTF-8. The message was not delivered, and the connection was closed with 1007.
 	ErrInvalidText = errors.New("core: websocket text message is not valid UTF-8")
-
-	// ErrBadHandshake is returned by AcceptWebSocket when the request is not
-	// a valid WebSocket upgrade or its Origin is not allowed. The HTTP error
-	// response has been written to w already.
+	// ErrBadHandshake is returned by AcceptWebSocket when the request is not a valid WebSocket
+	// upgrade or its Origin is not allowed; the HTTP error response has been written to w.
 	ErrBadHandshake = errors.New("core: websocket handshake failed")
 )
 
-// Error describes a failed operation on one object. Every error from Call
-// and from the runtime's own operations on an object is an *Error, so the
-// object concerned is always named; Unwrap gives the cause.
+// Error describes a failed operation on one object. Every error from Call and from the runtime's
+// operations on an object is an *Error, so the object is always named; Unwrap gives the cause.
 type Error struct {
-	Op        string // "call", "construct", "commit", "alarm", ...
-	Namespace string
-	Name      string
-	Err       error
+	Op              string // "call", "construct", "commit", "alarm", ...
+	Namespace, Name string
+	Err             error
 }
 
-func (e *Error) Error() string {
-	return fmt.Sprintf("%s %s/%q: %v", e.Op, e.Namespace, e.Name, e.Err)
-}
-
+func (e *Error) Error() string { return fmt.Sprintf("%s %s/%q: %v", e.Op, e.Namespace, e.Name, e.Err) }
 func (e *Error) Unwrap() error { return e.Err }
 
-// RemoteError wraps an error raised by the object's own code (a returned
-// error or a panic) as opposed to a fault of the runtime. The turn that
-// raised it was rolled back; retrying makes sense only if the object's
-// method is safe to retry.
-type RemoteError struct {
-	Err error
-}
+// RemoteError wraps an error raised by the object's own code (a returned error or a panic), not the
+// runtime. Its turn was rolled back; retry only if the object's method is safe to retry.
+type RemoteError struct{ Err error }
 
 func (e *RemoteError) Error() string { return e.Err.Error() }
 func (e *RemoteError) Unwrap() error { return e.Err }
 
-// PanicError is the cause of a RemoteError when the object's code panicked.
-// The panic is recovered so that the object keeps serving other callers:
-// the turn is rolled back and the caller receives the panic value and stack.
+// PanicError is the cause of a RemoteError when the object's code panicked. The panic is recovered
+// (the object keeps serving): the turn is rolled back and the caller receives value and stack.
 type PanicError struct {
 	Value any
 	Stack []byte
@@ -107,9 +72,8 @@ type PanicError struct {
 
 func (e *PanicError) Error() string { return fmt.Sprintf("core: panic in object code: %v", e.Value) }
 
-// IsRetryable reports whether err is a transient runtime fault after which
-// the same call may be retried (with backoff): overload or a failed commit.
-// Errors raised by the object's own code are not retryable by this test.
+// IsRetryable reports whether err is a transient runtime fault (overload, a failed commit) after
+// which the same call may be retried with backoff. Errors of the object's own code are not.
 func IsRetryable(err error) bool {
 	return errors.Is(err, ErrOverloaded) || errors.Is(err, ErrCommitFailed)
 }

@@ -4,48 +4,36 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
 
-// Facets: child objects with their own storage.
-//
-// A facet is an object hosted by another object (its parent): a document
-// processor inside a workspace, a per-user agent inside a tenant. It has
-// its own database (a file in its parent's storage directory), its own
-// queue and turns, and is evicted on its own; it is reached through its
-// parent, which hands out its stub (FacetKind.Get). Facets nest: a facet
-// can host facets.
-//
-// Facets have alarms and schedules that behave as a top-level object's do
-// (SEMANTICS A1-A16). Under the hood the root object (the top-level
-// ancestor) owns the one real alarm: a facet's timers are rows of the
-// root's timers table, keyed by the facet's path, and the root's alarm
-// always points at the earliest row (F3, F5). When a facet's timer is due,
-// the root's alarm run boots the facet (constructor, then handler) and
-// delivers the call with the root's gate open; each row keeps its own
-// retry state, so a failing facet never delays or re-runs a sibling's
-// alarm or the root's own (F5).
-//
-// A facet's SetAlarm is a turn of the root, committed at once: it works or
-// fails at once with a clear error, and can never break unrelated calls
-// later (F2). It is therefore not rolled back if the facet's own turn
-// fails afterwards: a facet's alarm handler must tolerate an early or
-// duplicate run (F4), as every alarm handler should.
-
-// MaxFacetPath is the longest facet path, in bytes, and MaxFacetDepth the
-// deepest nesting.
+// MaxFacetPath is the longest facet path, in bytes, and MaxFacetDepth the deepest nesting.
 const (
 	MaxFacetPath  = 1024
 	MaxFacetDepth = 8
 )
 
-// A FacetKind is a class of facets, like a Namespace is a class of
-// objects: its constructor, and the kind of object (or facet) that hosts
-// it.
+// A FacetKind is a class of facets, like a Namespace is a class of objects: its constructor, and
+// the kind of object (or facet) that hosts it. A facet is a child object hosted by another object
+// (its parent): a document processor inside a workspace, a per-user agent inside a tenant. It has
+// its own database (a file in its parent's storage directory), queue and turns, and is evicted on
+// its own; its parent hands out its stub (FacetKind.Get). Facets nest.
+//
+// A facet's alarms and schedules behave as a top-level object's (SEMANTICS A1-A16). The root object
+// (the top-level ancestor) owns the one real alarm: a facet's timers are rows of the root's timers
+// table keyed by the facet's path, and the root's alarm points at the earliest (F3, F5). When one
+// is due, the root's alarm run boots the facet (constructor, then handler) and delivers the call
+// with the root's gate open; each row has its own retry state, so a failing facet never delays or
+// re-runs a sibling's alarm or the root's own (F5). A facet's SetAlarm is a turn of the root,
+// committed at once: it works or fails at once with a clear error, and never breaks unrelated calls
+// later (F2). So a later failure of the facet's turn does not roll it back: a facet's alarm handler
+// must tolerate an early or duplicate run (F4).
 type FacetKind[T any] struct {
 	ns *namespace
 }
@@ -58,10 +46,9 @@ type Kind interface {
 func (n *Namespace[T]) kindNS() *namespace { return n.ns }
 func (k *FacetKind[T]) kindNS() *namespace { return k.ns }
 
-// RegisterFacet adds a kind of facet hosted by objects of parent (a
-// Namespace or another FacetKind). Register facet kinds before opening
-// objects that use them, at start-up: an alarm due for a facet whose kind
-// is not registered fails (and is retried) until it is.
+// RegisterFacet adds a kind of facet hosted by objects of parent (a Namespace or another
+// FacetKind). Register facet kinds at start-up, before opening objects that use them: an alarm due
+// for a facet of an unregistered kind fails (and is retried) until it is registered.
 func RegisterFacet[T any](rt *Runtime, parent Kind, kind string, ctor func(context.Context, *State) (T, error)) (*FacetKind[T], error) {
 	if err := validateNamespace(kind); err != nil {
 		return nil, err
@@ -84,9 +71,8 @@ func RegisterFacet[T any](rt *Runtime, parent Kind, kind string, ctor func(conte
 	return &FacetKind[T]{ns: ns}, nil
 }
 
-// Get returns the stub of the facet called name of the object st belongs
-// to (st must be the State of an object of the kind's parent). The stub
-// may be handed out and called by anyone.
+// Get returns the stub of the facet called name of the object st belongs to (st must be the State
+// of an object of the kind's parent). The stub may be handed out and called by anyone.
 func (k *FacetKind[T]) Get(st *State, name string) (*Stub[T], error) {
 	p := st.o
 	if p.ns != k.ns.parent {
@@ -112,8 +98,7 @@ func (k *FacetKind[T]) Get(st *State, name string) (*Stub[T], error) {
 	return &Stub[T]{ns: k.ns, name: key, id: id, place: place}, nil
 }
 
-// facetPlace places the facet called name of kind ns, at path root.owner
-// below its root, in the facets directory of its parent.
+// facetPlace places facet name of kind ns at path root.owner, in its parent's facets directory dir.
 func facetPlace(ns *namespace, root timerHome, name, dir string) (key, id string, place placement) {
 	key = root.owner + "\x00" + root.name
 	id = objectID(ns.name, key)
@@ -125,8 +110,7 @@ func facetPlace(ns *namespace, root timerHome, name, dir string) (key, id string
 	}
 }
 
-// FacetPath returns the object's path below its root object, as
-// "kind=name/kind=name", or "" for a top-level object.
+// FacetPath returns the object's path below its root, as "kind=name/kind=name"; "" if top-level.
 func (st *State) FacetPath() string { return st.o.place.timers.owner }
 
 // facetObject finds the facet object a row of o's timers table names.
@@ -157,9 +141,8 @@ func (o *object) facetObject(owner string) (*object, error) {
 	return fo, nil
 }
 
-// deliverFacet runs a due facet timer's handler as a turn of the facet,
-// with the root's gate open (the root's row, marked running, is committed
-// first, so a crash from here on means the timer runs again).
+// deliverFacet runs a due facet timer's handler as a turn of the facet, with the root's gate open
+// (the root's row, marked running, is committed first: after a crash the timer runs again).
 func (o *object) deliverFacet(t *turn, row timerRow, now time.Time, info AlarmInfo) error {
 	fo, err := o.facetObject(row.owner)
 	if err != nil {
@@ -186,9 +169,8 @@ func (o *object) deliverFacet(t *turn, row timerRow, now time.Time, info AlarmIn
 	})
 }
 
-// deleteFacets is the facets' part of o's DeleteAll: the facets below o
-// leave memory now (it fails if one of them is busy), and their databases
-// are removed once t commits; if t fails they stay.
+// deleteFacets is the facets' part of o's DeleteAll: the facets below o leave memory now (it fails
+// if one of them is busy), and their databases are removed once t commits; if t fails they stay.
 func (t *turn) deleteFacets() error {
 	o := t.o
 	root, prefix := o.place.timers, o.place.timers.owner+"/"
@@ -228,9 +210,5 @@ func (t *turn) deleteFacets() error {
 func (rt *Runtime) facetKinds() []*namespace {
 	rt.mu.RLock()
 	defer rt.mu.RUnlock()
-	out := make([]*namespace, 0, len(rt.facets))
-	for _, ns := range rt.facets {
-		out = append(out, ns)
-	}
-	return out
+	return slices.Collect(maps.Values(rt.facets))
 }

@@ -5,29 +5,23 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"maps"
 	"net"
 	"net/http"
 )
 
-// Fetcher is implemented by objects that serve HTTP requests, as a Durable
-// Object's fetch does. Stub.ServeHTTP runs Fetch as one turn of the object.
-//
-// The response is output-gated: what Fetch writes to w is buffered and
-// sent only once the turn's writes are durable; if Fetch returns an error
-// or panics, the turn is rolled back and the client gets a bare 500
-// instead (the error is logged, not shown). A WebSocket upgrade
-// (State.AcceptWebSocket) is the exception: the 101 response leaves at
-// once, and the turn ends with Fetch, while the runtime keeps the
-// connection.
+// Fetcher is implemented by objects that serve HTTP requests, as a Durable Object's fetch does;
+// Stub.ServeHTTP runs Fetch as one turn. The response is output-gated: what Fetch writes to w is
+// buffered and sent once the turn's writes are durable; if Fetch returns an error or panics, the
+// turn is rolled back and the client gets a bare 500 (the error is logged, not shown). A WebSocket
+// upgrade (State.AcceptWebSocket) is the exception: its 101 leaves at once.
 type Fetcher interface {
 	Fetch(ctx context.Context, w http.ResponseWriter, r *http.Request) error
 }
 
-// ServeHTTP routes an HTTP request to the object: it runs the object's
-// Fetch as a turn, queued behind the calls and events that came before it,
-// so a Stub is an http.Handler for its object. An object that does not
-// implement Fetcher answers 501. A full queue answers 503 with
-// Retry-After; a closed runtime answers 503.
+// ServeHTTP routes an HTTP request to the object, so a Stub is an http.Handler: it runs Fetch as a
+// turn queued behind the calls and events before it. An object that is not a Fetcher answers 501; a
+// full queue answers 503 with Retry-After, a closed runtime 503.
 func (s *Stub[T]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var zero T
 	if _, ok := any(zero).(Fetcher); !ok {
@@ -52,10 +46,7 @@ func (s *Stub[T]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // flush sends the buffered response.
 func (g *gatedResponse) flush() {
-	h := g.w.Header()
-	for k, v := range g.header {
-		h[k] = v
-	}
+	maps.Copy(g.w.Header(), g.header)
 	if g.status == 0 {
 		g.status = http.StatusOK
 	}
@@ -64,15 +55,13 @@ func (g *gatedResponse) flush() {
 	g.sent = true
 }
 
-// gatedResponse buffers a response until the turn that wrote it is
-// durable. Hijack goes straight through, for WebSocket upgrades.
+// gatedResponse buffers a response until its turn is durable; Hijack goes through (for upgrades).
 type gatedResponse struct {
-	w        http.ResponseWriter
-	header   http.Header
-	status   int
-	body     bytes.Buffer
-	hijacked bool
-	sent     bool
+	w              http.ResponseWriter
+	header         http.Header
+	status         int
+	body           bytes.Buffer
+	hijacked, sent bool
 }
 
 func (g *gatedResponse) Header() http.Header { return g.header }
@@ -105,9 +94,7 @@ func (g *gatedResponse) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	return nc, brw, err
 }
 
-// finish sends the buffered response, or an error response if the turn
-// failed (except for a failed WebSocket handshake, whose own error
-// response is sent).
+// finish sends the buffered response (a failed handshake's too) or, if the turn failed, an error.
 func (g *gatedResponse) finish(err error, ns *namespace) {
 	switch {
 	case g.hijacked || g.sent:

@@ -22,13 +22,6 @@ type Entry struct {
 	Value []byte
 }
 
-func checkKey(key string) error {
-	if key == "" || len(key) > MaxKeyLen {
-		return fmt.Errorf("%w: key of %d bytes (must be 1 to %d)", ErrTooLarge, len(key), MaxKeyLen)
-	}
-	return nil
-}
-
 // Get returns the value stored under key and whether there was one.
 func (s *Storage) Get(ctx context.Context, key string) (v []byte, ok bool, err error) {
 	_, st, err := s.in(ctx)
@@ -50,8 +43,8 @@ func (s *Storage) Get(ctx context.Context, key string) (v []byte, ok bool, err e
 
 // Put stores value under key, replacing any value there.
 func (s *Storage) Put(ctx context.Context, key string, value []byte) error {
-	if err := checkKey(key); err != nil {
-		return err
+	if key == "" || len(key) > MaxKeyLen {
+		return fmt.Errorf("%w: key of %d bytes (must be 1 to %d)", ErrTooLarge, len(key), MaxKeyLen)
 	}
 	if len(value) > MaxValueLen {
 		return fmt.Errorf("%w: value of %d bytes (limit %d)", ErrTooLarge, len(value), MaxValueLen)
@@ -85,8 +78,7 @@ func (s *Storage) Delete(ctx context.Context, key string) (bool, error) {
 	return n > 0, nil
 }
 
-// List returns the entries whose keys start with prefix, in key order, at
-// most limit of them (limit <= 0: all).
+// List returns the entries whose keys start with prefix, in key order: at most limit if limit > 0.
 func (s *Storage) List(ctx context.Context, prefix string, limit int) ([]Entry, error) {
 	_, st, err := s.in(ctx)
 	if err != nil {

@@ -10,9 +10,8 @@ import (
 // MaxNameLen is the longest object name accepted, in bytes.
 const MaxNameLen = 1024
 
-// validateName checks an object name. Any valid UTF-8 string of 1 to
-// MaxNameLen bytes is a name, including "../x", NUL bytes and emoji: names
-// never become paths (see objectID).
+// validateName checks an object name: any valid UTF-8 string of 1 to MaxNameLen bytes, "../x", NUL
+// bytes and emoji included; names never become paths (see objectID).
 func validateName(name string) error {
 	switch {
 	case name == "":
@@ -25,8 +24,8 @@ func validateName(name string) error {
 	return nil
 }
 
-// validateNamespace checks a namespace name, which becomes a directory: 1 to
-// 64 bytes of ASCII letters, digits, '-' and '_', starting with a letter.
+// validateNamespace checks a namespace name, which becomes a directory: 1 to 64 bytes of ASCII
+// letters, digits, '-' and '_', starting with a letter.
 func validateNamespace(ns string) error {
 	if ns == "" || len(ns) > 64 {
 		return fmt.Errorf("%w: namespace %q must be 1 to 64 bytes", ErrInvalidName, ns)
@@ -43,13 +42,9 @@ func validateNamespace(ns string) error {
 	return nil
 }
 
-// objectID is the object's stable identity: the hex of a SHA-256 of its
-// namespace and name, cut to 128 bits. It names the object's database file,
-// so no name can choose a path.
+// objectID is the object's stable identity: the hex of a SHA-256 of its namespace and name, cut to
+// 128 bits. It names the object's database file, so no name can choose a path.
 func objectID(namespace, name string) string {
-	h := sha256.New()
-	h.Write([]byte(namespace))
-	h.Write([]byte{0})
-	h.Write([]byte(name))
-	return hex.EncodeToString(h.Sum(nil)[:16])
+	sum := sha256.Sum256([]byte(namespace + "\x00" + name))
+	return hex.EncodeToString(sum[:16])
 }

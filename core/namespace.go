@@ -4,39 +4,37 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
 
-// A Namespace is a class of objects sharing one constructor, like a Durable
-// Object class. Get addresses one object in it by name.
+// A Namespace is a class of objects sharing one constructor, like a Durable Object class. Get
+// addresses one object in it by name.
 type Namespace[T any] struct {
 	ns *namespace
 }
 
 // namespace is the untyped part of a Namespace.
 type namespace struct {
-	rt   *Runtime
-	name string
-	dir  string
-	ctor func(context.Context, *State) (any, error)
-	// alarms, timers: the object type implements Alarmer, TimerHandler.
-	alarms, timers bool
-	// parent and kind are set for a facet kind (facet.go).
-	parent *namespace
-	kind   string
+	rt             *Runtime
+	name, dir      string
+	ctor           func(context.Context, *State) (any, error)
+	alarms, timers bool       // the object type implements Alarmer, TimerHandler
+	parent         *namespace // parent and kind are set for a facet kind (facet.go)
+	kind           string
 
 	mu      sync.Mutex               // protects objects and closing
 	objects map[string]*object       // resident objects by name
 	closing map[string]chan struct{} // by id: databases still being closed after eviction
 }
 
-// Register adds a namespace to the runtime. ctor builds an object's
-// in-memory instance; it runs as the object's first turn, each time the
-// object is activated (first use, and again after every eviction), so it
-// should only rebuild memory from storage and create tables idempotently.
+// Register adds a namespace to the runtime. ctor builds an object's in-memory instance; it runs as
+// the object's first turn each time the object is activated (first use, and after every eviction),
+// so it should only rebuild memory from storage and create tables idempotently.
 func Register[T any](rt *Runtime, name string, ctor func(context.Context, *State) (T, error)) (*Namespace[T], error) {
 	if err := validateNamespace(name); err != nil {
 		return nil, err
@@ -71,23 +69,16 @@ func newNamespace[T any](rt *Runtime, name string, ctor func(context.Context, *S
 	var zero T
 	_, alarms := any(zero).(Alarmer)
 	_, timers := any(zero).(TimerHandler)
-	return &namespace{
-		rt:      rt,
-		name:    name,
-		alarms:  alarms,
-		timers:  timers,
+	return &namespace{rt: rt, name: name, alarms: alarms, timers: timers,
 		ctor:    func(ctx context.Context, st *State) (any, error) { return ctor(ctx, st) },
-		objects: make(map[string]*object),
-		closing: make(map[string]chan struct{}),
-	}
+		objects: make(map[string]*object), closing: make(map[string]chan struct{})}
 }
 
 // Name returns the namespace's name.
 func (n *Namespace[T]) Name() string { return n.ns.name }
 
-// Get returns a stub for the object called name. The same name always
-// addresses the same object, across evictions and restarts. Get does no I/O;
-// the object is activated by the first call.
+// Get returns a stub for the object called name. The same name always addresses the same object,
+// across evictions and restarts. Get does no I/O; the object is activated by the first call.
 func (n *Namespace[T]) Get(name string) (*Stub[T], error) {
 	if err := validateName(name); err != nil {
 		return nil, err
@@ -95,14 +86,13 @@ func (n *Namespace[T]) Get(name string) (*Stub[T], error) {
 	return &Stub[T]{ns: n.ns, name: name, id: objectID(n.ns.name, name)}, nil
 }
 
-// A Stub addresses one object. It is cheap, safe for concurrent use, and may
-// be kept for as long as the runtime lives.
+// A Stub addresses one object. It is cheap, safe for concurrent use, and may be kept for as long as
+// the runtime lives.
 type Stub[T any] struct {
-	ns    *namespace
-	name  string
-	id    string
-	place placement              // zero for a top-level object
-	obj   atomic.Pointer[object] // the resident object last seen, if any
+	ns       *namespace
+	name, id string
+	place    placement              // zero for a top-level object
+	obj      atomic.Pointer[object] // the resident object last seen, if any
 }
 
 // Name returns the object's name (a facet's own name for a facet).
@@ -116,18 +106,12 @@ func (s *Stub[T]) Name() string {
 // ID returns the object's id: the hex of a hash of namespace and name.
 func (s *Stub[T]) ID() string { return s.id }
 
-// Call runs fn on the object's turn and returns its result once every write
-// the turn made is durable.
-//
-// The turn starts when the calls queued before it have run; fn receives a
-// context that marks the turn, which object code must pass to State.Await
-// and to calls to other objects. A write fn makes is committed atomically
-// with the turn; if fn returns an error or panics, the turn is rolled back
-// and the error is returned wrapped in a *RemoteError (inside an *Error).
-//
-// Called from inside another object's turn (with that turn's context), Call
-// opens the caller's input gate while it waits, as State.Await does, so
-// that A -> B -> A completes.
+// Call runs fn on the object's turn and returns its result once every write the turn made is
+// durable. The turn starts when the calls queued before it have run; fn's context marks the turn:
+// pass it to State.Await and to calls to other objects. fn's writes commit atomically with the
+// turn; if fn returns an error or panics, the turn is rolled back and the error returned wrapped in
+// a *RemoteError (inside an *Error). Called from inside another object's turn (with its context),
+// Call opens the caller's input gate while it waits, as State.Await does, so A -> B -> A completes.
 func Call[T, R any](ctx context.Context, s *Stub[T], fn func(ctx context.Context, obj T) (R, error)) (R, error) {
 	var r R
 	run := func(ctx context.Context, inst any) error {
@@ -139,8 +123,7 @@ func Call[T, R any](ctx context.Context, s *Stub[T], fn func(ctx context.Context
 	return r, err
 }
 
-// viaCaller runs fn, a wait for another turn: from inside a turn (ctx marks
-// it), with the caller's gate open, as Await does.
+// viaCaller runs fn, a wait for another turn, with the caller's gate open if ctx marks a turn.
 func viaCaller(ctx context.Context, fn func(context.Context) error) error {
 	if t := turnOf(ctx); t != nil {
 		return t.o.await(t, fn)
@@ -166,14 +149,12 @@ func (s *Stub[T]) call(ctx context.Context, fn func(context.Context, any) error)
 			o = s.ns.object(s.name, s.id, s.place)
 			s.obj.Store(o)
 		}
-		err := o.run(ctx, fn)
-		if err == errEvicted {
-			continue // evicted between lookup and queueing: look up again
+		if err := o.run(ctx, fn); err != errEvicted { // else evicted before queueing: look up again
+			if err != nil {
+				return s.err("call", err)
+			}
+			return nil
 		}
-		if err != nil {
-			return s.err("call", err)
-		}
-		return nil
 	}
 }
 
@@ -186,8 +167,7 @@ func (s *Stub[T]) err(op string, err error) error {
 	return &Error{Op: op, Namespace: s.ns.name, Name: name, Err: err}
 }
 
-// with runs fn on the resident object for name, looking it up again if it
-// was evicted before fn could queue for it (fn returned errEvicted).
+// with runs fn on the resident object for name, looked up again while fn returns errEvicted.
 func (ns *namespace) with(name, id string, place placement, fn func(o *object) error) error {
 	for {
 		if err := fn(ns.object(name, id, place)); err != errEvicted {
@@ -247,39 +227,18 @@ func (ns *namespace) waitClosed(id string) {
 	}
 }
 
-func (ns *namespace) waitClosing() {
-	ns.mu.Lock()
-	chs := make([]chan struct{}, 0, len(ns.closing))
-	for _, ch := range ns.closing {
-		chs = append(chs, ch)
-	}
-	ns.mu.Unlock()
-	for _, ch := range chs {
-		<-ch
-	}
-}
-
 func (ns *namespace) snapshot() []*object {
 	ns.mu.Lock()
 	defer ns.mu.Unlock()
-	out := make([]*object, 0, len(ns.objects))
-	for _, o := range ns.objects {
-		out = append(out, o)
-	}
-	return out
+	return slices.Collect(maps.Values(ns.objects))
 }
 
-// TriggerAlarm runs the object's pending alarm now, as if it were due, and
-// reports whether there was one; timers already due run too. It is meant
-// for tests (and operators): without it a test would have to wait for the
-// alarm's time, or run inside a testing/synctest bubble (see package
-// coretest). The run is the same as a scheduled one: retries and dead
-// letters follow if it fails. For a facet, it runs the facet's alarm
-// through the facet's root, as a scheduled run does.
-//
-// Called from inside a turn (with the turn's context), it opens the
-// caller's gate while it waits, as Call does, so an object may trigger its
-// own alarm.
+// TriggerAlarm runs the object's pending alarm now, as if it were due, and reports whether there
+// was one; timers already due run too. It is meant for tests and operators (instead of waiting for
+// the alarm's time or a testing/synctest bubble: see package coretest). The run is a scheduled one:
+// retries and dead letters follow if it fails; a facet's runs through its root. From inside a turn
+// (given its context) it opens the caller's gate while it waits, as Call does, so an object may
+// trigger its own alarm.
 func (s *Stub[T]) TriggerAlarm(ctx context.Context) (bool, error) {
 	rt := s.ns.rt
 	if err := rt.enter(); err != nil {

@@ -6,15 +6,11 @@ import (
 	"time"
 )
 
-// The schedule: many timers over the object's one alarm.
-//
-// An object that implements TimerHandler can keep any number of named
-// timers (one-shot at a time, after a delay, or recurring by a cron
-// expression). They are stored in its own database; the runtime's alarm
-// for the object always points at the earliest of them and at the object's
-// own alarm (SEMANTICS A1, A17, F5). Each timer is delivered at least once
-// with the same retry rules as the alarm (RetryPolicy, dead letters), and
-// keeps its own retry state: a failing timer never delays another.
+// The schedule, many timers over the object's one alarm: an object that implements TimerHandler
+// keeps any number of named timers (one-shot at a time or after a delay, or recurring by a cron
+// expression) in its own database; the runtime's alarm for the object points at the earliest of
+// them and of its own alarm (SEMANTICS A1, A17, F5). Each timer is delivered at least once with the
+// alarm's retry rules (RetryPolicy, dead letters) and its own retry state: none delays another.
 
 // Timer is one entry of an object's schedule.
 type Timer struct {
@@ -26,22 +22,18 @@ type Timer struct {
 	Missed  Missed    // what a recurring entry does about ticks missed while down
 }
 
-// Missed says what a recurring timer does when the runtime was down (or the
-// object busy) over one or more of its ticks. Never a flood: at most one
-// run is made for all the ticks missed.
+// Missed says what a recurring timer does when the runtime was down (or the object busy) over one
+// or more of its ticks. Never a flood: at most one run is made for all the ticks missed.
 type Missed int
 
 const (
-	// MissedFireOnce runs once for all missed ticks, then goes on from now.
-	MissedFireOnce Missed = iota
-	// MissedSkip drops missed ticks and waits for the next one.
-	MissedSkip
+	MissedFireOnce Missed = iota // MissedFireOnce runs once for all missed ticks, then goes on from now.
+	MissedSkip                   // MissedSkip drops missed ticks and waits for the next one.
 )
 
-// TimerHandler is implemented by objects that keep a schedule. OnTimer runs
-// as a turn when an entry is due; a recurring entry is never run twice at
-// once (all of an object's timers run one at a time, A9). Write it to be
-// safe to run twice: delivery is at least once.
+// TimerHandler is implemented by objects that keep a schedule. OnTimer runs as a turn when an entry
+// is due; a recurring entry is never run twice at once (all of an object's timers run one at a
+// time, A9). Write it to be safe to run twice: delivery is at least once.
 type TimerHandler interface {
 	OnTimer(ctx context.Context, t Timer, info AlarmInfo) error
 }
@@ -68,8 +60,8 @@ func (t *turn) putEntry(r timerRow) error {
 	})
 }
 
-// ScheduleAt sets the one-shot timer key to fire at t, replacing any timer
-// of that key. It is part of the turn.
+// ScheduleAt sets, in the turn, the one-shot timer key to fire at t, replacing any timer of that
+// key.
 func (st *State) ScheduleAt(ctx context.Context, key string, t time.Time, kind string, payload []byte) error {
 	tu, err := st.checkTimerKey(ctx, key)
 	if err != nil {
@@ -87,9 +79,8 @@ func (st *State) ScheduleAfter(ctx context.Context, key string, d time.Duration,
 	return st.ScheduleAt(ctx, key, st.Now().Add(d), kind, payload)
 }
 
-// ScheduleCron sets the recurring timer key to fire at each tick of spec, a
-// standard five-field cron expression ("*/5 * * * *") or a descriptor such
-// as "@hourly" or "@every 10s", in local time.
+// ScheduleCron sets the recurring timer key to fire at each tick of spec, a standard five-field
+// cron expression ("*/5 * * * *") or a descriptor such as "@hourly" or "@every 10s", in local time.
 func (st *State) ScheduleCron(ctx context.Context, key, spec, kind string, payload []byte, missed Missed) error {
 	tu, err := st.checkTimerKey(ctx, key)
 	if err != nil {
@@ -103,8 +94,7 @@ func (st *State) ScheduleCron(ctx context.Context, key, spec, kind string, paylo
 	return tu.putEntry(timerRow{key: key, at: at, first: at, kind: kind, payload: payload, cron: spec, missed: missed})
 }
 
-// CancelSchedule removes the timer key (a pending retry included) and
-// reports whether there was one.
+// CancelSchedule removes the timer key (a pending retry included), reporting whether there was one.
 func (st *State) CancelSchedule(ctx context.Context, key string) (ok bool, err error) {
 	t, err := st.o.inTurn(ctx)
 	if err != nil {
@@ -120,9 +110,8 @@ func (st *State) CancelSchedule(ctx context.Context, key string) (ok bool, err e
 	return ok, err
 }
 
-// Schedules lists the object's schedule, soonest first. The alarm is not
-// in it (see GetAlarm), nor an entry while it runs, unless it is
-// recurring: that one is listed at its next tick.
+// Schedules lists the object's schedule, soonest first. The alarm is not in it (see GetAlarm), nor
+// an entry while it runs, unless it is recurring: that one is listed at its next tick.
 func (st *State) Schedules(ctx context.Context) (out []Timer, err error) {
 	t, err := st.o.inTurn(ctx)
 	if err != nil {

@@ -5,16 +5,15 @@ import (
 	"time"
 )
 
-// State is an object's view of the runtime, handed to its constructor: its
-// identity, its storage, Await, and (see alarm.go) its alarm. Keep it in the
-// object; it stays valid for the object's whole life in memory.
+// State is an object's view of the runtime, handed to its constructor: identity, storage, Await and
+// its alarm (see alarm.go). Keep it in the object; it is valid for its whole life in memory.
 type State struct {
 	o       *object
 	storage Storage
 }
 
-// Name returns the object's name (available in every turn, alarms
-// included). For a facet it is the facet's own name; see FacetPath.
+// Name returns the object's name (available in every turn, alarms included). For a facet it is the
+// facet's own name; see FacetPath.
 func (st *State) Name() string { return st.o.place.name }
 
 // ID returns the object's id, the hex of a hash of namespace and name.
@@ -23,25 +22,19 @@ func (st *State) ID() string { return st.o.id }
 // Namespace returns the object's namespace name.
 func (st *State) Namespace() string { return st.o.ns.name }
 
-// Now returns the runtime's clock (Options.Now): the time alarms and
-// schedules are due by. Object code should take the time from it, not
-// from time.Now, so that a test that shifts the clock shifts everything.
+// Now returns the runtime's clock (Options.Now), by which alarms and schedules fall due. Object
+// code should take the time from it, not time.Now, so a test that shifts the clock shifts all.
 func (st *State) Now() time.Time { return st.o.rt.now() }
 
 // Storage returns the object's storage.
 func (st *State) Storage() *Storage { return &st.storage }
 
-// Await runs fn with the object's input gate open. The turn so far is
-// committed durably first; while fn runs other calls to the object may run
-// their turns; when fn returns, the turn waits for the gate again behind the
-// calls queued before it and goes on. ctx must be the turn's context.
-//
-// This is where interleaving happens: a value read before Await may be
-// stale after it (SEMANTICS C2). If the turn fails after Await, only the
-// part after Await is rolled back. fn's context is not the turn's: storage
-// and WebSocket output used with it fail with ErrNotInTurn (the gate is
-// open, other turns run); pass it to calls to other objects, and use the
-// turn's context again after Await returns.
+// Await runs fn with the object's input gate open, after committing the turn so far durably;
+// meanwhile other calls' turns may run; when fn returns, the turn waits for the gate again behind
+// the calls queued before it and goes on. ctx must be the turn's context. This is where
+// interleaving happens: a value read before Await may be stale after it (SEMANTICS C2). If the turn
+// fails after Await, only the part after it is rolled back. fn's context is not the turn's: storage
+// and WebSocket output with it fail with ErrNotInTurn; pass it to calls to other objects.
 func (st *State) Await(ctx context.Context, fn func(ctx context.Context) error) error {
 	t, err := st.o.inTurn(ctx)
 	if err != nil {
@@ -50,8 +43,8 @@ func (st *State) Await(ctx context.Context, fn func(ctx context.Context) error) 
 	return st.o.await(t, fn)
 }
 
-// Sleep waits for d with the input gate open, like Await. It returns early
-// with ctx's error if ctx is done (Runtime.Shutdown ends it too).
+// Sleep waits for d with the input gate open, like Await. It returns early with ctx's error if ctx
+// is done (Runtime.Shutdown ends it too).
 func (st *State) Sleep(ctx context.Context, d time.Duration) error {
 	return st.Await(ctx, func(ctx context.Context) error {
 		t := time.NewTimer(d)

@@ -9,16 +9,11 @@ import (
 	"github.com/durable-go/durable/core/internal/sqlstore"
 )
 
-// Storage is an object's own SQLite database, bound to its current turn.
-//
-// Every call runs inside the turn's savepoint: the turn's writes commit
-// together (with other turns' in one group commit) or not at all. Storage
-// calls never open the input gate, so a read followed by a write with no
-// Await between them cannot be interleaved with another turn.
-//
-// Statements are prepared once per query text and cached, so pass values as
-// ? arguments rather than formatting them into the text. Storage methods
-// fail with ErrNotInTurn outside a turn.
+// Storage is an object's own SQLite database, bound to its current turn; outside a turn its methods
+// fail with ErrNotInTurn. Every call runs in the turn's savepoint: the turn's writes commit
+// together (with other turns' in one group commit) or not at all. Storage calls never open the
+// input gate: a read and a write with no Await between them cannot be interleaved with another
+// turn. Statements are prepared once per query text and cached: pass values as ? arguments.
 type Storage struct {
 	o *object
 }
@@ -29,13 +24,9 @@ type Result struct {
 	LastInsertID int64 // rowid of the last row inserted
 }
 
-// StorageStats are an object's billing units: rows read (returned to the
-// object's code) and rows written (changed by its statements, KV writes and
-// SetAlarm), counted over the object's life in this process.
-type StorageStats struct {
-	RowsRead    int64
-	RowsWritten int64
-}
+// StorageStats are an object's billing units over its life in this process: rows read (returned to
+// its code) and rows written (changed by its statements, KV writes and SetAlarm).
+type StorageStats struct{ RowsRead, RowsWritten int64 }
 
 // Stats returns the object's counters. It may be called at any time.
 func (s *Storage) Stats() StorageStats {
@@ -49,8 +40,8 @@ CREATE TABLE IF NOT EXISTS _durable_kv(key TEXT PRIMARY KEY, value BLOB NOT NULL
 
 type store = sqlstore.DB
 
-// openStore opens an object's database and brings the runtime's tables of
-// an earlier version up to date. fresh says they are not set up yet.
+// openStore opens an object's database, bringing the runtime's tables of an earlier version up to
+// date; fresh says they are not set up yet.
 func openStore(path, synchronous string, template func() ([]byte, error)) (st *store, fresh bool, err error) {
 	if st, err = sqlstore.Open(path, synchronous, "_durable_", template); err != nil {
 		return nil, false, err
@@ -73,8 +64,7 @@ func openStore(path, synchronous string, template func() ([]byte, error)) (st *s
 	return st, meta == 0, nil
 }
 
-// in returns t's database with its savepoint in place, if ctx marks a
-// running turn of the object.
+// in returns t's database with its savepoint in place, if ctx marks a running turn of the object.
 func (s *Storage) in(ctx context.Context) (*turn, *store, error) {
 	t, err := s.o.inTurn(ctx)
 	if err != nil {
@@ -109,8 +99,7 @@ func short(q string) string {
 	return q
 }
 
-// Exec runs statements that return no rows. query may hold several
-// statements separated by semicolons (a schema, say).
+// Exec runs statements that return no rows; query may hold several, separated by semicolons.
 func (s *Storage) Exec(ctx context.Context, query string, args ...any) (Result, error) {
 	st, err := s.writer(ctx)
 	if err != nil {
@@ -134,9 +123,8 @@ func (s *Storage) Exec(ctx context.Context, query string, args ...any) (Result, 
 	return r, nil
 }
 
-// Query runs a statement that returns rows. The rows belong to the turn's
-// segment: close them when done; those left open are closed when the
-// segment ends (at an Await or the end of the turn).
+// Query runs a statement that returns rows. The rows belong to the turn's segment: close them when
+// done; those left open are closed when the segment ends (at an Await or the end of the turn).
 func (s *Storage) Query(ctx context.Context, query string, args ...any) (*Rows, error) {
 	t, st, err := s.in(ctx)
 	if err != nil {
@@ -160,17 +148,14 @@ func (s *Storage) Query(ctx context.Context, query string, args ...any) (*Rows, 
 	return r, nil
 }
 
-// QueryRow runs a statement expected to return at most one row. Errors are
-// deferred to Row.Scan.
+// QueryRow runs a statement expected to return at most one row. Errors are deferred to Row.Scan.
 func (s *Storage) QueryRow(ctx context.Context, query string, args ...any) *Row {
 	rows, err := s.Query(ctx, query, args...)
 	return &Row{rows: rows, err: err}
 }
 
-// Transaction runs fn as a nested transaction inside the turn: its writes
-// are kept if fn returns nil and rolled back if it returns an error (which
-// Transaction returns) or panics (which Transaction re-panics). Transactions
-// nest.
+// Transaction runs fn as a nested transaction inside the turn: its writes are kept if fn returns
+// nil, rolled back if it returns an error (returned) or panics (re-panicked). Transactions nest.
 func (s *Storage) Transaction(ctx context.Context, fn func() error) (err error) {
 	t, st, err := s.in(ctx)
 	if err != nil {
@@ -204,13 +189,12 @@ func (s *Storage) Transaction(ctx context.Context, fn func() error) (err error) 
 	return nil
 }
 
-// DeleteAll deletes everything the object stored: every table, view,
-// index and trigger, the KV pairs, and the pending alarm (see
-// DeleteAllKeepAlarm). It is part of the turn, so it rolls back with it.
+// DeleteAll deletes, in the turn (it rolls back with it), everything the object stored: every
+// table, view, index and trigger, the KV pairs, and the pending alarm (see DeleteAllKeepAlarm).
 func (s *Storage) DeleteAll(ctx context.Context) error { return s.deleteAll(ctx, false) }
 
-// DeleteAllKeepAlarm is DeleteAll that leaves the pending alarm in place,
-// as the original runtime did before 2026-02-24.
+// DeleteAllKeepAlarm is DeleteAll that leaves the pending alarm in place, as the original runtime
+// did before 2026-02-24.
 func (s *Storage) DeleteAllKeepAlarm(ctx context.Context) error { return s.deleteAll(ctx, true) }
 
 func (s *Storage) deleteAll(ctx context.Context, keepAlarm bool) error {
@@ -252,8 +236,7 @@ func (s *Storage) deleteAll(ctx context.Context, keepAlarm bool) error {
 		return err
 	}
 	if h := o.place.timers; h.ns != nil && !keepAlarm {
-		// A facet's timers (and its facets') live in its root: they go
-		// once the deletion has committed.
+		// A facet's timers (and its facets') live in its root: they go once the deletion commits.
 		t.emit(effect{fn: func(committed bool) {
 			if committed {
 				o.rt.goWork(func() {
@@ -288,8 +271,7 @@ type Rows struct {
 	o    *object
 }
 
-// Next prepares the next row for Scan; it returns false at the end or on
-// error (see Err).
+// Next prepares the next row for Scan; it returns false at the end or on error (see Err).
 func (r *Rows) Next() bool {
 	if r.rows.Next() {
 		r.o.reads.Add(1)
@@ -304,8 +286,7 @@ func (r *Rows) Scan(dest ...any) error { return r.rows.Scan(dest...) }
 // Err returns the error that ended iteration, if any.
 func (r *Rows) Err() error { return r.rows.Err() }
 
-// Close closes the rows. Rows still open when their segment ends are
-// closed then.
+// Close closes the rows. Rows still open when their segment ends are closed then.
 func (r *Rows) Close() error { return r.rows.Close() }
 
 // Row is the result of QueryRow.
@@ -314,8 +295,7 @@ type Row struct {
 	err  error
 }
 
-// Scan copies the row's columns into dest. It returns ErrNoRows if there
-// was no row.
+// Scan copies the row's columns into dest. It returns ErrNoRows if there was no row.
 func (r *Row) Scan(dest ...any) error {
 	if r.err != nil {
 		return r.err

@@ -3,20 +3,17 @@ package core
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/robfig/cron/v3"
 )
 
-// An object's timers live in its own database, in _durable_timers: the
-// alarm (owner "", key ""), the entries of its schedule (owner "", key
-// given), and its facets' alarms and schedules (owner = the facet's path).
-// The one real alarm, the runtime's index, always points at the earliest of
-// them (SEMANTICS A1, F5). Each row keeps its own retry state. A row being
-// run is marked running, not removed, until the run's last segment
-// commits: a crash at any point of the run means it runs again.
+// An object's timers live in its own database, in _durable_timers: the alarm (owner "", key ""),
+// its schedule's entries (owner "", key given), and its facets' alarms and schedules (owner = the
+// facet's path). The one real alarm, the runtime's index, points at the earliest (SEMANTICS A1,
+// F5). Each row has its own retry state. A row being run is marked running, not removed, until the
+// run's last segment commits: after a crash it runs again.
 const timersSchema = `CREATE TABLE IF NOT EXISTS _durable_timers(
   owner TEXT NOT NULL, key TEXT NOT NULL,
   at INTEGER NOT NULL, retry INTEGER NOT NULL, first INTEGER NOT NULL,
@@ -25,8 +22,7 @@ const timersSchema = `CREATE TABLE IF NOT EXISTS _durable_timers(
   PRIMARY KEY(owner, key)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS _durable_timers_at ON _durable_timers(at)`
 
-// timersUpgrade adds the running column to a timers table made by an
-// earlier version.
+// timersUpgrade adds the running column to a timers table made by an earlier version.
 const timersUpgrade = `ALTER TABLE _durable_timers ADD COLUMN running INTEGER NOT NULL DEFAULT 0`
 
 type timerKey struct{ owner, key string }
@@ -49,8 +45,7 @@ func (r timerRow) with(at int64) timerRow {
 	return r
 }
 
-// same reports whether two rows are the same timer in the same state,
-// running or not.
+// same reports whether two rows are the same timer in the same state, running or not.
 func (r timerRow) same(o timerRow) bool {
 	return r.owner == o.owner && r.key == o.key && r.at == o.at && r.retry == o.retry &&
 		r.first == o.first && r.kind == o.kind && string(r.payload) == string(o.payload) &&
@@ -63,17 +58,15 @@ func (r timerRow) timer() Timer {
 
 const timerCols = "owner, key, at, retry, first, kind, payload, cron, missed, running"
 
-// timerHome is whose timers table holds an object's timers: its own (the
-// zero value), or its root object's, under its path, for a facet.
+// timerHome is whose table holds an object's timers: its own (zero value), or a facet's root's.
 type timerHome struct {
 	ns       *namespace // the root object's namespace; nil for the object's own table
 	name, id string
 	owner    string // the object's path in the root's table
 }
 
-// timerTable runs fn on the table that holds t's object's timers, with the
-// object's path in it: in t's own segment, or, for a facet, as a turn of
-// its root, committed at once (facet.go).
+// timerTable runs fn on the table that holds t's object's timers, with the object's path in it: in
+// t's own segment, or, for a facet, as a turn of its root, committed at once (facet.go).
 func (t *turn) timerTable(fn func(home *turn, owner string) error) error {
 	h := t.o.place.timers
 	if h.ns == nil {
@@ -99,8 +92,7 @@ func (t *turn) putTimer(r timerRow) error {
 	return nil
 }
 
-// delTimers deletes the timers of owner (and key, unless all), and those of
-// the facets below owner when all is set.
+// delTimers deletes owner's timer key or, with all, every timer of owner and of the facets below.
 func (t *turn) delTimers(owner, key string, all bool) (bool, error) {
 	s, err := t.write()
 	if err != nil {
@@ -156,16 +148,15 @@ func (t *turn) dueTimer(now int64, skip map[timerKey]bool) (timerRow, bool, erro
 	return timerRow{}, false, nil
 }
 
-// nextTimer returns the earliest due time of all the object's timers, a
-// running one included (its run may not end), for the commit path.
+// nextTimer returns the earliest due time of all the object's timers, a running one included (its
+// run may not end), for the commit path.
 func (o *object) nextTimer() (alarmChange, error) {
 	var at sql.NullInt64
 	err := o.store.QueryOwn("SELECT min(at) FROM _durable_timers", nil, func(rows *sql.Rows) error { return rows.Scan(&at) })
 	return alarmChange{at: at.Int64, del: !at.Valid}, err
 }
 
-// listTimers returns the schedule entries of owner that are pending: a
-// recurring entry that is running is listed at its next tick.
+// listTimers returns owner's pending schedule entries; a running recurring one is at its next tick.
 func (t *turn) listTimers(owner string) ([]Timer, error) {
 	rs, err := t.queryTimers("owner = ? AND key <> '' ORDER BY at, key", owner)
 	var out []Timer
@@ -198,10 +189,7 @@ func nextTick(spec string, t time.Time) (time.Time, error) {
 	return next, nil
 }
 
-var errNoTimerHandler = errors.New("core: object does not implement core.TimerHandler")
-
-// callHandler runs the handler of a due timer: Alarm for the alarm,
-// OnTimer for a schedule entry.
+// callHandler runs the handler of a due timer: Alarm for the alarm, OnTimer for a schedule entry.
 func callHandler(ctx context.Context, ns *namespace, inst any, row timerRow, info AlarmInfo) error {
 	if row.key == "" {
 		h, ok := inst.(Alarmer)
@@ -212,7 +200,7 @@ func callHandler(ctx context.Context, ns *namespace, inst any, row timerRow, inf
 	}
 	h, ok := inst.(TimerHandler)
 	if !ok {
-		return fmt.Errorf("%w (%s)", errNoTimerHandler, ns.name)
+		return fmt.Errorf("core: object does not implement core.TimerHandler (%s)", ns.name)
 	}
 	return h.OnTimer(ctx, row.timer(), info)
 }

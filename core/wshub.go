@@ -15,13 +15,9 @@ import (
 	"github.com/gorilla/websocket"
 )
 
-// The runtime's side of its WebSockets: the register of connections by
-// owning object, and the delivery of their events as turns. The transport
-// (reader and writer goroutines, send queues, closing) is package wsconn.
-
-// wsHub is the runtime's register of connections, by owning object. Its
-// zero value is ready to use. It owns every connection's goroutines:
-// close closes the connections with 1001 and waits for them.
+// wsHub is the runtime's register of connections by owning object, whose events it delivers as
+// turns (wsconn is the transport). Its zero value is ready to use. It owns every connection's
+// goroutines: close closes them with 1001 and waits.
 type wsHub struct {
 	once sync.Once
 	up   *websocket.Upgrader
@@ -29,8 +25,7 @@ type wsHub struct {
 	mu     sync.Mutex // protects groups, closed and every group's conns
 	groups map[wsKey]*wsGroup
 	closed bool
-
-	wg sync.WaitGroup // reader goroutines (each waits for its writer)
+	wg     sync.WaitGroup // reader goroutines (each waits for its writer)
 }
 
 type wsKey struct {
@@ -137,9 +132,8 @@ func (h *wsHub) setAuto(ns *namespace, name string, ar *autoResponse) {
 	}
 }
 
-// close closes every connection with 1001 and waits until all are gone
-// (each client has closeGrace to answer). It is called by Runtime.Close
-// once no turn runs any more, so no event is delivered after it.
+// close closes every connection with 1001 and waits until all are gone (each client has closeGrace
+// to answer). Runtime.Close calls it once no turn runs, so no event is delivered after it.
 func (h *wsHub) close() error {
 	h.mu.Lock()
 	h.closed = true
@@ -164,9 +158,8 @@ func (h *wsHub) upgrader(rt *Runtime) *websocket.Upgrader {
 	return h.up
 }
 
-// checkOrigin lets a request open a WebSocket if it has no Origin header
-// (not a browser), if its Origin's host is the request's own host, or if
-// its Origin is listed in Options.WebSocketOrigins ("*" allows any).
+// checkOrigin lets a request open a WebSocket if it has no Origin header (not a browser), if its
+// Origin's host is the request's own, or if its Origin is in Options.WebSocketOrigins ("*": any).
 func (rt *Runtime) checkOrigin(r *http.Request) bool {
 	origin := r.Header.Get("Origin")
 	if origin == "" {
@@ -253,8 +246,7 @@ func (ws *WebSocket) onMessage(f wsconn.Frame) {
 	}
 }
 
-// deliver runs fn as a turn of the owning object, re-creating it if it
-// was evicted, as Stub.call does.
+// deliver runs fn as a turn of the owning object, re-creating it if evicted, as Stub.call does.
 func (ws *WebSocket) deliver(fn func(context.Context, any) error) error {
 	rt := ws.rt
 	if err := rt.enter(); err != nil {
@@ -267,7 +259,6 @@ func (ws *WebSocket) deliver(fn func(context.Context, any) error) error {
 // retire marks the connection closed and drops its attachment.
 func (ws *WebSocket) retire() {
 	ws.mu.Lock()
-	ws.closed = true
-	ws.attach = nil
+	ws.closed, ws.attach = true, nil
 	ws.mu.Unlock()
 }

@@ -1,7 +1,6 @@
-// Package alarmindex is the runtime's own database: when each object's
-// earliest timer is due (so that due alarms are found without opening
-// every object), and the dead letters (timers given up after their last
-// retry). It knows objects only as (namespace, id, name).
+// Package alarmindex is the runtime's own database: when each object's earliest timer is due (so
+// due alarms are found without opening every object), and the dead letters (timers given up after
+// their last retry). It knows objects only as (namespace, id, name).
 package alarmindex
 
 import (
@@ -13,17 +12,15 @@ import (
 	"time"
 )
 
-// Index is the database. Writes are group-committed: a durable write
-// waits for a commit that may carry many others.
+// Index is the database. Writes are group-committed: a durable write waits for a shared commit.
 type Index struct {
-	db   *sql.DB
-	conn *sql.Conn
+	db      *sql.DB
+	conn    *sql.Conn
+	pending chan struct{} // signalled when a lazy change waits to be written (Pending)
 
 	mu       sync.Mutex // protects cur and flushing
 	cur      *ixBatch   // ops waiting for the next commit
 	flushing bool       // a leader is committing
-
-	pending chan struct{} // signalled when a lazy change waits to be written (Pending)
 
 	connMu sync.Mutex // serializes use of conn and stmts
 	stmts  map[ixKind]*sql.Stmt
@@ -48,28 +45,22 @@ const (
 )
 
 type ixOp struct {
-	kind   ixKind
-	ns, id string
-	name   string
-	at     int64
-	dl     *Letter
-	seq    int64
+	kind         ixKind
+	ns, id, name string
+	at           int64
+	dl           *Letter
+	seq          int64
 }
 
 // Letter is a dead letter: a timer given up after its last retry.
 type Letter struct {
-	Seq       int64
-	Namespace string
-	Name      string
-	ObjectID  string
-	Path      string
-	Key       string
-	Kind      string
-	Payload   []byte
-	Scheduled time.Time
-	Attempts  int
-	LastError string
-	Dropped   time.Time
+	Seq                                        int64
+	Namespace, Name, ObjectID, Path, Key, Kind string
+	Payload                                    []byte
+	Scheduled                                  time.Time
+	Attempts                                   int
+	LastError                                  string
+	Dropped                                    time.Time
 }
 
 type ixBatch struct {
@@ -142,8 +133,7 @@ func (ix *Index) Load(fn func(ns, id, name string, at int64)) error {
 	return rows.Err()
 }
 
-// Upsert makes the index look at the object at at. With wait it returns
-// once that is durable; without, it is written with the next commit.
+// Upsert sets the object's time in the index to at; with wait, it returns once that is durable.
 func (ix *Index) Upsert(ns, id, name string, at int64, wait bool) error {
 	return ix.do(ixOp{kind: ixUpsert, ns: ns, id: id, name: name, at: at}, wait)
 }
@@ -160,8 +150,7 @@ func (ix *Index) Pending() <-chan struct{} { return ix.pending }
 // RemoveLetter removes dead letter seq, durably.
 func (ix *Index) RemoveLetter(seq int64) error { return ix.do(ixOp{kind: ixUndead, seq: seq}, true) }
 
-// do queues op (ixNone: nothing, just flush). With wait, it returns once
-// op is durable; without, op is written with the next commit.
+// do queues op (ixNone: just flush). With wait it returns once op is durable, else at once.
 func (ix *Index) do(op ixOp, wait bool) error {
 	ix.mu.Lock()
 	if ix.cur == nil {
@@ -213,9 +202,6 @@ func (ix *Index) write(ops []ixOp) (err error) {
 	}()
 	for i := range ops {
 		op := &ops[i]
-		if op.kind == ixNone {
-			continue
-		}
 		st := tx.StmtContext(ctx, ix.stmts[op.kind])
 		switch op.kind {
 		case ixUpsert:

@@ -1,9 +1,7 @@
-// Package sqlstore is one SQLite database file used by one owner at a
-// time: a single connection, caches of prepared statements (the owner's
-// and its user's, kept apart), and an authorizer that keeps transaction
-// control, attached databases, settings and the owner's own tables (those
-// named with a prefix) out of reach of user SQL. New databases start as a
-// copy of a template file. It knows nothing of what the owner stores.
+// Package sqlstore is one SQLite database file used by one owner at a time: a single connection,
+// caches of prepared statements (the owner's and its user's, kept apart), and an authorizer keeping
+// transaction control, attached databases, settings and the owner's tables (named with a prefix)
+// from user SQL. New databases start as a copy of a template.
 package sqlstore
 
 import (
@@ -20,10 +18,9 @@ import (
 	"modernc.org/sqlite"
 )
 
-// maxCachedStmts bounds each database's prepared-statement cache.
-const maxCachedStmts = 256
+const maxCachedStmts = 256 // per cache of prepared statements
 
-// DB is an open database. It is used by one goroutine at a time.
+// DB is an open database, used by one goroutine at a time.
 type DB struct {
 	db       *sql.DB
 	conn     *sql.Conn
@@ -34,9 +31,8 @@ type DB struct {
 	denied   string               // why the authorizer refused the last user statement
 }
 
-// BuildTemplate returns the bytes of an empty database in WAL mode holding
-// schema. New databases start as a copy of it, which costs one file write
-// and two fsyncs instead of SQLite's journaled creation.
+// BuildTemplate returns the bytes of an empty WAL-mode database holding schema. New databases start
+// as a copy of it: one file write and two fsyncs instead of SQLite's journaled creation.
 func BuildTemplate(dir, schema string) ([]byte, error) {
 	path := filepath.Join(dir, "_template.sqlite")
 	os.Remove(path)
@@ -61,11 +57,9 @@ func BuildTemplate(dir, schema string) ([]byte, error) {
 	return b, nil
 }
 
-// createFromTemplate writes a new database file: its bytes are made
-// durable before it takes its name, so the name never points at a partial
-// file. The new name itself becomes durable with the first commit, when
-// SQLite creates the WAL beside it and fsyncs the directory; until then no
-// write has been acknowledged, so nothing is lost if it vanishes.
+// createFromTemplate writes a new database file, durable before it takes its name, so the name
+// never points at a partial file. The name becomes durable with the first commit (SQLite creates
+// the WAL and fsyncs the directory); no write is acknowledged before, so losing it loses nothing.
 func createFromTemplate(path string, template []byte) error {
 	if err := ensureDir(filepath.Dir(path)); err != nil {
 		return err
@@ -91,8 +85,7 @@ func createFromTemplate(path string, template []byte) error {
 	return err
 }
 
-// ensureDir creates dir (a facets directory) if needed, durably: its
-// parent directory is synced once it is made.
+// ensureDir creates dir (a facets directory) if needed, durably: it syncs the parent directory.
 func ensureDir(dir string) error {
 	if _, err := os.Stat(dir); err == nil {
 		return nil
@@ -111,9 +104,8 @@ func ensureDir(dir string) error {
 	return err
 }
 
-// Open opens the database at path, creating it from template if it does
-// not exist. Tables named with prefix belong to the owner: user SQL may
-// not change them.
+// Open opens the database at path, creating it from template if it does not exist. Tables named
+// with prefix belong to the owner: user SQL may not change them.
 func Open(path, synchronous, prefix string, template func() ([]byte, error)) (*DB, error) {
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 		t, err := template()
@@ -124,11 +116,9 @@ func Open(path, synchronous, prefix string, template func() ([]byte, error)) (*D
 			return nil, err
 		}
 	}
+	// No journal_mode pragma: the template's header says WAL already, and WAL mode persists.
 	u := url.URL{Scheme: "file", Path: path}
-	// No journal_mode pragma: every database starts as a copy of the
-	// template, whose header already says WAL, and WAL mode persists.
-	dsn := u.String() + "?_pragma=synchronous(" + synchronous + ")&_pragma=busy_timeout(10000)"
-	db, err := sql.Open("sqlite", dsn)
+	db, err := sql.Open("sqlite", u.String()+"?_pragma=synchronous("+synchronous+")&_pragma=busy_timeout(10000)")
 	if err != nil {
 		return nil, err
 	}
@@ -147,8 +137,7 @@ func Open(path, synchronous, prefix string, template func() ([]byte, error)) (*D
 		if err := r.RegisterAuthorizer(s.authorize); err != nil {
 			return err
 		}
-		// Keep the WAL file when the database closes: re-creating it on
-		// the next activation would cost a directory fsync.
+		// Keep the WAL file at close: re-creating it on activation costs a directory fsync.
 		if fc, ok := dc.(sqlite.FileControl); ok {
 			_, err := fc.FileControlPersistWAL("main", 1)
 			return err
@@ -179,14 +168,7 @@ func (s *DB) Close() error {
 }
 
 // Stmt returns the prepared user statement for query, preparing it once.
-func (s *DB) Stmt(query string) (*sql.Stmt, error) {
-	return s.prepare(s.stmts, query)
-}
-
-// ownStmt returns the prepared runtime statement for query.
-func (s *DB) ownStmt(query string) (*sql.Stmt, error) {
-	return s.prepare(s.own, query)
-}
+func (s *DB) Stmt(query string) (*sql.Stmt, error) { return s.prepare(s.stmts, query) }
 
 func (s *DB) prepare(cache map[string]*sql.Stmt, query string) (*sql.Stmt, error) {
 	if st, ok := cache[query]; ok {
@@ -217,7 +199,7 @@ func (s *DB) ExecOwn(query string, args ...any) error {
 func (s *DB) ExecOwnResult(query string, args ...any) (sql.Result, error) {
 	s.internal = true
 	defer func() { s.internal = false }()
-	st, err := s.ownStmt(query)
+	st, err := s.prepare(s.own, query)
 	if err != nil {
 		return nil, err
 	}
@@ -231,7 +213,7 @@ var ErrStop = errors.New("stop")
 func (s *DB) QueryOwn(query string, args []any, scan func(*sql.Rows) error) error {
 	s.internal = true
 	defer func() { s.internal = false }()
-	st, err := s.ownStmt(query)
+	st, err := s.prepare(s.own, query)
 	if err != nil {
 		return err
 	}
@@ -258,33 +240,26 @@ func (s *DB) ForgetStmts() {
 	}
 }
 
-// Pragmas user SQL may use: the first set only reads whatever its argument
-// names; the second may only be read (with an argument they would set).
+// Pragmas user SQL may use: the first set only reads whatever its argument names; the second may
+// only be read (with an argument they would set).
 var (
-	inspectPragmas = map[string]bool{
-		"table_info": true, "table_xinfo": true, "table_list": true, "index_list": true,
-		"index_info": true, "index_xinfo": true, "foreign_key_list": true,
-		"foreign_key_check": true, "integrity_check": true, "quick_check": true,
-	}
-	readPragmas = map[string]bool{
-		"page_count": true, "page_size": true, "freelist_count": true,
-		"user_version": true, "schema_version": true, "data_version": true,
-		"compile_options": true, "function_list": true, "pragma_list": true,
-		"collation_list": true,
-	}
+	inspectPragmas = map[string]bool{"table_info": true, "table_xinfo": true, "table_list": true,
+		"index_list": true, "index_info": true, "index_xinfo": true, "foreign_key_list": true,
+		"foreign_key_check": true, "integrity_check": true, "quick_check": true}
+	readPragmas = map[string]bool{"page_count": true, "page_size": true, "freelist_count": true,
+		"user_version": true, "schema_version": true, "data_version": true, "compile_options": true,
+		"function_list": true, "pragma_list": true, "collation_list": true}
 )
 
-// Denied returns why the authorizer refused the last user statement, or
-// "", and forgets it.
+// Denied returns why the authorizer refused the last user statement, or "", and forgets it.
 func (s *DB) Denied() string {
 	why := s.denied
 	s.denied = ""
 	return why
 }
 
-// authorize is SQLite's authorizer for user statements: transaction control,
-// attached databases, pragmas that change settings and writes to the
-// owner's tables are refused, with the reason kept for the error.
+// authorize is SQLite's authorizer for user statements: it refuses transaction control, attached
+// databases, pragmas that change settings and writes to the owner's tables, keeping the reason.
 func (s *DB) authorize(action sqlite.AuthorizerActionCode, arg1, arg2, _, _ string) sqlite.AuthorizerReturnCode {
 	if s.internal {
 		return sqlite.AuthorizerOK
@@ -319,29 +294,19 @@ func (s *DB) owned(name string) bool {
 	return strings.HasPrefix(strings.ToLower(name), s.prefix)
 }
 
-// FirstKeyword returns the first SQL keyword of query, upper-cased, after
-// white space and comments.
+// FirstKeyword returns the first SQL keyword of query, upper-cased, after white space and comments.
 func FirstKeyword(query string) string {
-	q := query
-	for {
-		q = strings.TrimLeft(q, " \t\r\n;")
-		switch {
-		case strings.HasPrefix(q, "--"):
-			i := strings.IndexByte(q, '\n')
-			if i < 0 {
-				return ""
-			}
-			q = q[i+1:]
-			continue
-		case strings.HasPrefix(q, "/*"):
-			i := strings.Index(q, "*/")
-			if i < 0 {
-				return ""
-			}
-			q = q[i+2:]
-			continue
+	q := strings.TrimLeft(query, " \t\r\n;")
+	for strings.HasPrefix(q, "--") || strings.HasPrefix(q, "/*") {
+		end := "\n"
+		if q[0] == '/' {
+			end = "*/"
 		}
-		break
+		i := strings.Index(q, end)
+		if i < 0 {
+			return ""
+		}
+		q = strings.TrimLeft(q[i+len(end):], " \t\r\n;")
 	}
 	end := strings.IndexFunc(q, func(r rune) bool {
 		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r == '_')

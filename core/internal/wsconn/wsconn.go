@@ -1,22 +1,10 @@
-// Package wsconn is the transport of a server's WebSocket connection: the
-// upgrade, one reader and at most one writer goroutine per connection, a
-// bounded send queue, and closing. It knows nothing of who owns the
-// connection: the reader hands each message to a function and reports how
-// the connection ended.
-//
-// The reader runs for the connection's whole life and waits for each
-// message's handling before it reads the next (so a client that floods a
-// busy owner is slowed down by TCP, not buffered). A writer goroutine runs
-// only while frames wait: it takes everything queued, writes it with one
-// system call, and exits when the queue is empty, so an idle connection
-// costs one parked goroutine and its buffers. The reader owns the writer:
-// before Serve returns it waits for it.
-//
-// Timing constants:
-//   - WriteTimeout bounds each write to the socket: a client that reads
-//     nothing for that long is dropped even if its queue is not full.
-//   - CloseGrace is how long a client has to answer a Close frame (and to
-//     close its side) before its TCP connection is dropped.
+// Package wsconn is the transport of a server's WebSocket connection: the upgrade, one reader and
+// at most one writer goroutine per connection, a bounded send queue, and closing. It knows nothing
+// of the connection's owner: the reader hands each message to a function and reports how it ended.
+// The reader runs for the connection's whole life and waits for each message's handling before it
+// reads the next (a client that floods a busy owner is slowed down by TCP, not buffered). A writer
+// goroutine runs only while frames wait, writing everything queued with one system call, so an idle
+// connection costs one parked goroutine and its buffers; Serve waits for it.
 package wsconn
 
 import (
@@ -33,6 +21,8 @@ import (
 	"github.com/gorilla/websocket"
 )
 
+// WriteTimeout bounds each socket write: a client reading nothing that long is dropped, full queue
+// or not. CloseGrace is how long a client has to answer a Close frame and close its side.
 const (
 	ReadBuffer   = 1024 // bytes of the reader's buffer; larger messages are read in several system calls
 	WriteBuffer  = 4096 // bytes of a pooled write buffer, held only while a message is written
@@ -106,8 +96,7 @@ type Conn struct {
 	writers  sync.WaitGroup
 }
 
-// Upgrade upgrades the request; the handshake's error response, if any,
-// has been written to w.
+// Upgrade upgrades the request; the handshake's error response, if any, has been written to w.
 func Upgrade(up *websocket.Upgrader, w http.ResponseWriter, r *http.Request, opts Options) (*Conn, error) {
 	hw := &hijacker{ResponseWriter: w}
 	ws, err := up.Upgrade(hw, r, nil)
@@ -143,10 +132,9 @@ func (h *hijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	return h.conn, brw, nil
 }
 
-// corkConn is the connection under gorilla. The writer goroutine writes
-// data frames itself, a whole batch of them with one system call
-// (writeFrames); gorilla writes only the handshake and control frames
-// (pong, close) through Write. Every write gets a deadline of its own.
+// corkConn is the connection under gorilla. The writer goroutine writes data frames itself, a batch
+// per system call (writeFrames); gorilla writes only the handshake and control frames (pong, close)
+// through Write. Every write gets a deadline of its own.
 type corkConn struct {
 	net.Conn
 	limit atomic.Int64 // unix ns no write may outlast once a close is under way (0: none)
@@ -164,8 +152,7 @@ func (c *corkConn) Write(p []byte) (int, error) {
 	return c.writeLocked(p)
 }
 
-// SetWriteDeadline is ignored: each write to the socket gets its own
-// deadline (WriteTimeout, or sooner once a close is under way).
+// SetWriteDeadline is ignored: each socket write has its own (WriteTimeout, sooner once closing).
 func (c *corkConn) SetWriteDeadline(time.Time) error { return nil }
 
 func (c *corkConn) deadlineLocked() {
@@ -181,8 +168,7 @@ func (c *corkConn) writeLocked(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
-// writeFrames writes batch as WebSocket data frames (a server's frames are
-// not masked), gathering up to corkMax bytes per system call.
+// writeFrames writes batch as (unmasked) data frames, gathering up to corkMax bytes per write.
 func (c *corkConn) writeFrames(batch []Frame) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -246,8 +232,7 @@ func frameHeader(hdr *[10]byte, m Frame) []byte {
 	}
 }
 
-// limitDeadline makes every read and write end by t at the latest. It does
-// not wait for a write in progress, which it cuts short too.
+// limitDeadline makes every read and write end by t at the latest, cutting short one in progress.
 func (c *corkConn) limitDeadline(t time.Time) {
 	n := t.UnixNano()
 	for {
@@ -263,10 +248,8 @@ func (c *corkConn) limitDeadline(t time.Time) {
 	c.Conn.SetReadDeadline(t)
 }
 
-// finish ends the TCP connection. With linger (the client is alive and
-// has said goodbye), it first sends FIN and reads until the client closes
-// its side too, for at most CloseGrace, so that the Close frame is not
-// lost to a reset.
+// finish ends the TCP connection. With linger (the client is alive and said goodbye) it sends FIN
+// and reads until the client closes too (at most CloseGrace), so no reset loses the Close frame.
 func (c *corkConn) finish(linger bool) {
 	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok && linger && cw.CloseWrite() == nil {
 		c.Conn.SetReadDeadline(time.Now().Add(CloseGrace))
@@ -280,9 +263,8 @@ func (c *corkConn) finish(linger bool) {
 	c.Conn.Close()
 }
 
-// Enqueue adds f to the send queue and makes sure a writer runs. A client
-// with a full queue is cut off with 1013 (slow clients never stall their
-// owner). It reports whether f was queued.
+// Enqueue adds f to the send queue and makes sure a writer runs. A client with a full queue is cut
+// off with 1013 (slow clients never stall their owner). It reports whether f was queued.
 func (c *Conn) Enqueue(f Frame) bool {
 	c.mu.Lock()
 	if c.shut.Load() || c.broken {
@@ -311,8 +293,7 @@ func (c *Conn) kickLocked() {
 	}
 }
 
-// write is the writer goroutine: it writes what is queued, batch by batch,
-// then the Close frame if one is owed, and returns when nothing is left.
+// write is the writer goroutine: it writes the queue batch by batch, then any Close frame owed.
 func (c *Conn) write() {
 	defer c.writers.Done()
 	for {
@@ -367,9 +348,8 @@ func putQueue(q []Frame) {
 	queuePool.Put(&q)
 }
 
-// StartClose begins a close from this side: no more sends, the Close frame
-// after the frames queued (or instead of them, with Drop), and CloseGrace
-// for the client to answer.
+// StartClose begins a close from this side: no more sends, the Close frame after the frames queued
+// (or instead of them, with Drop), and CloseGrace for the client to answer.
 func (c *Conn) StartClose(end *End) {
 	c.mu.Lock()
 	if c.shut.Load() {
@@ -391,9 +371,8 @@ func (c *Conn) StartClose(end *End) {
 	c.raw.limitDeadline(time.Now().Add(CloseGrace))
 }
 
-// Serve is the reader: it hands each message to onMessage, which returns
-// when the message has been dealt with, until the connection ends; then it
-// lets the writer finish, ends the TCP connection and says how it ended.
+// Serve is the reader: until the connection ends it hands each message to onMessage, which returns
+// once it is dealt with; then it lets the writer finish, ends the TCP connection and says how.
 func (c *Conn) Serve(onMessage func(Frame)) Ending {
 	for {
 		typ, data, err := c.ws.ReadMessage()
@@ -425,7 +404,6 @@ func (c *Conn) finish(rerr error) Ending {
 	}
 	c.raw.limitDeadline(time.Now().Add(CloseGrace))
 	c.writers.Wait()
-
 	linger := true
 	var ce *websocket.CloseError
 	var ne net.Error
