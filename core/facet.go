@@ -82,12 +82,7 @@ func (k *FacetKind[T]) Get(st *State, name string) (*Stub[T], error) {
 		return nil, err
 	}
 	root := p.place.timers
-	if root.ns == nil {
-		root = timerHome{ns: p.ns, name: p.name, id: p.id}
-	} else {
-		root.owner += "/"
-	}
-	root.owner += k.ns.kind + "=" + url.PathEscape(name)
+	root.owner = strings.TrimPrefix(root.owner+"/"+k.ns.kind+"="+url.PathEscape(name), "/")
 	if len(root.owner) > MaxFacetPath {
 		return nil, fmt.Errorf("%w: facet path of %d bytes is over the limit of %d", ErrInvalidName, len(root.owner), MaxFacetPath)
 	}
@@ -173,10 +168,8 @@ func (o *object) deliverFacet(t *turn, row timerRow, now time.Time, info AlarmIn
 // if one of them is busy), and their databases are removed once t commits; if t fails they stay.
 func (t *turn) deleteFacets() error {
 	o := t.o
-	root, prefix := o.place.timers, o.place.timers.owner+"/"
-	if root.ns == nil {
-		root, prefix = timerHome{ns: o.ns, name: o.name, id: o.id}, ""
-	}
+	root := o.place.timers
+	prefix := strings.TrimPrefix(root.owner+"/", "/")
 	var gone []*object
 	var chs []chan struct{}
 	for _, ns := range o.rt.facetKinds() {

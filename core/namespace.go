@@ -83,7 +83,8 @@ func (n *Namespace[T]) Get(name string) (*Stub[T], error) {
 	if err := validateName(name); err != nil {
 		return nil, err
 	}
-	return &Stub[T]{ns: n.ns, name: name, id: objectID(n.ns.name, name)}, nil
+	id := objectID(n.ns.name, name)
+	return &Stub[T]{ns: n.ns, name: name, id: id, place: topPlace(n.ns, name, id)}, nil
 }
 
 // A Stub addresses one object. It is cheap, safe for concurrent use, and may be kept for as long as
@@ -161,7 +162,7 @@ func (s *Stub[T]) call(ctx context.Context, fn func(context.Context, any) error)
 // err names the object in an error: a facet by its root and path.
 func (s *Stub[T]) err(op string, err error) error {
 	name := s.name
-	if h := s.place.timers; h.ns != nil {
+	if h := s.place.timers; h.owner != "" {
 		name = h.name + "/" + h.owner
 	}
 	return &Error{Op: op, Namespace: s.ns.name, Name: name, Err: err}
@@ -246,9 +247,6 @@ func (s *Stub[T]) TriggerAlarm(ctx context.Context) (bool, error) {
 	}
 	defer rt.leave()
 	h := s.place.timers
-	if h.ns == nil {
-		h = timerHome{ns: s.ns, name: s.name, id: s.id}
-	}
 	var had bool
 	err := viaCaller(ctx, func(ctx context.Context) error {
 		return h.ns.with(h.name, h.id, placement{}, func(o *object) error {

@@ -67,6 +67,13 @@ type placement struct {
 	timers timerHome
 }
 
+// topPlace places a top-level object: its own timers table, its files in
+// its namespace's directory.
+func topPlace(ns *namespace, name, id string) placement {
+	return placement{name: name, db: filepath.Join(ns.dir, id+".sqlite"), facets: filepath.Join(ns.dir, id+".facets"),
+		timers: timerHome{ns: ns, name: name, id: id}}
+}
+
 type waiter struct {
 	ch        chan struct{} // receives the gate
 	t         *turn
@@ -76,10 +83,10 @@ type waiter struct {
 }
 
 func newObject(ns *namespace, name, id string, place placement) *object {
-	o := &object{ns: ns, rt: ns.rt, name: name, id: id, place: place, lastActive: ns.rt.coarseNow()}
 	if place.db == "" { // a top-level object
-		o.place = placement{name: name, db: filepath.Join(ns.dir, id+".sqlite"), facets: filepath.Join(ns.dir, id+".facets")}
+		place = topPlace(ns, name, id)
 	}
+	o := &object{ns: ns, rt: ns.rt, name: name, id: id, place: place, lastActive: ns.rt.coarseNow()}
 	o.state.o = o
 	o.state.storage.o = o
 	return o

@@ -20,30 +20,29 @@ import (
 // Options configure a Runtime. The zero value is ready to use: a private
 // temporary directory, durable commits, the original runtime's idle time.
 type Options struct {
-	// Dir is the data directory. Each namespace gets a subdirectory, each
-	// object one SQLite file in it. "" means a private temporary directory
-	// that Close removes.
+	// Dir is the data directory: a subdirectory per namespace, an SQLite file
+	// per object. "" means a private temporary directory that Close removes.
 	Dir string
 
 	// IdleTimeout is how long an object with nothing to do stays in memory
 	// before it is evicted (default 10 s).
 	IdleTimeout time.Duration
 
-	// MaxQueue bounds the calls waiting for one object (default 1024). A call
+	// MaxQueue bounds the calls waiting for one object (default 1024); a call
 	// to a full queue fails at once with ErrOverloaded.
 	MaxQueue int
 
-	// MaxOpenObjects bounds the objects kept in memory with an open database
-	// (default 1024). Past it, the least recently used idle objects are
-	// evicted early. An open database costs about 150 KiB.
+	// MaxOpenObjects bounds the objects in memory with an open database
+	// (default 1024, about 150 KiB each); past it the least recently used
+	// idle ones are evicted early.
 	MaxOpenObjects int
 
 	// MaxBatch bounds the turns that share one group commit (default 1024).
 	MaxBatch int
 
 	// Synchronous is SQLite's synchronous setting for object databases:
-	// "FULL" (the default: a commit survives power loss) or "NORMAL" (a
-	// commit survives a crash of the process but perhaps not of the machine).
+	// "FULL" (default: a commit survives power loss) or "NORMAL" (it
+	// survives a crash of the process, perhaps not of the machine).
 	Synchronous string
 
 	// Logger receives the runtime's structured records (default slog.Default()).
@@ -53,42 +52,36 @@ type Options struct {
 	// runtime's 2 s doubling, 6 retries, up to 25% jitter).
 	AlarmRetry RetryPolicy
 
-	// AlarmTimeout is the wall-time limit of one alarm run (default 15
-	// min). The run's context is cancelled then, and a run that overstays
-	// counts as failed.
+	// AlarmTimeout is the wall-time limit of one alarm run (default 15 min):
+	// the run's context is cancelled then, and a run that overstays fails.
 	AlarmTimeout time.Duration
 
 	// AlarmConcurrency bounds the alarms running at once (default 64).
 	AlarmConcurrency int
 
-	// Now is the runtime's one clock (default time.Now): alarms and
-	// schedules are due by it, idle eviction measures by it, and objects
-	// read it with State.Now. Tests and benchmarks may shift it. A shift
-	// is noticed by timers already waiting at the next event of the
-	// runtime (a commit that changes a timer, an idle check while objects
-	// are resident), not by a periodic wake-up.
+	// Now is the runtime's one clock (default time.Now): alarms and schedules
+	// are due by it, idle eviction measures by it, objects read it with
+	// State.Now. Tests may shift it; waiting timers notice a shift at the
+	// runtime's next event (a commit that changes a timer, an idle check
+	// while objects are resident), not by a periodic wake-up.
 	Now func() time.Time
 
-	// OnAlarmDropped is called after an alarm that ran out of retries was
-	// written to the dead-letter table. The default logs a structured
-	// record with event=alarm_dropped at level ERROR. A panic in it is
-	// recovered and logged.
+	// OnAlarmDropped is called once an alarm that ran out of retries is in
+	// the dead-letter table (default: an ERROR record, event=alarm_dropped).
+	// A panic in it is recovered and logged.
 	OnAlarmDropped func(DeadLetter)
 
-	// WebSocketSendQueue bounds the messages waiting to be written to one
-	// WebSocket (default 256). A client that falls further behind is cut
-	// off with close code 1013 (see WebSocket.Send).
+	// WebSocketSendQueue bounds the messages waiting for one WebSocket
+	// (default 256); a client further behind is cut off with 1013.
 	WebSocketSendQueue int
 
-	// WebSocketMaxMessage is the largest message, in bytes, accepted from a
-	// WebSocket client (default 1 MiB); a larger one closes the connection
-	// with close code 1009.
+	// WebSocketMaxMessage is the largest message accepted from a WebSocket
+	// client (default 1 MiB); a larger one closes it with 1009.
 	WebSocketMaxMessage int64
 
 	// WebSocketOrigins lists the browser origins ("https://app.example.com",
-	// or "*" for any) allowed to open WebSockets besides the request's own
-	// host. Requests without an Origin header (not from a browser) are
-	// always allowed.
+	// or "*") allowed to open WebSockets besides the request's own host.
+	// Requests without an Origin header (not from a browser) are allowed.
 	WebSocketOrigins []string
 }
 
@@ -155,17 +148,8 @@ type Runtime struct {
 	closing  sync.Map     // *object -> time.Time: evicted databases being closed
 	sched    *scheduler
 
-	templateOnce  sync.Once
-	templateBytes []byte
-	templateErr   error
-
-	ws wsHub // the WebSocket connections (websocket.go)
-}
-
-// template returns the bytes of an empty object database, built once.
-func (rt *Runtime) template() ([]byte, error) {
-	rt.templateOnce.Do(func() { rt.templateBytes, rt.templateErr = sqlstore.BuildTemplate(rt.dir, runtimeSchema) })
-	return rt.templateBytes, rt.templateErr
+	template func() ([]byte, error) // an empty object database, built once
+	ws       wsHub                  // the WebSocket connections
 }
 
 type runtimeStats struct {
@@ -212,6 +196,7 @@ func Open(opts Options) (*Runtime, error) {
 	if rt.opts.OnAlarmDropped == nil {
 		rt.opts.OnAlarmDropped = rt.logDropped
 	}
+	rt.template = sync.OnceValues(func() ([]byte, error) { return sqlstore.BuildTemplate(rt.dir, runtimeSchema) })
 	if rt.sched, err = newScheduler(rt); err != nil {
 		if rt.ownDir {
 			os.RemoveAll(rt.dir)

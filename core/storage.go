@@ -219,7 +219,7 @@ func (s *Storage) deleteAll(ctx context.Context, keepAlarm bool) error {
 		return fmt.Errorf("core: delete all: %w", err)
 	}
 	var alarm []timerRow
-	if keepAlarm && o.place.timers.ns == nil {
+	if keepAlarm && o.place.timers.owner == "" {
 		if r, ok, err := t.getTimer("", ""); err != nil {
 			return fmt.Errorf("core: delete all: %w", err)
 		} else if ok {
@@ -235,7 +235,7 @@ func (s *Storage) deleteAll(ctx context.Context, keepAlarm bool) error {
 	if err := t.deleteFacets(); err != nil {
 		return err
 	}
-	if h := o.place.timers; h.ns != nil && !keepAlarm {
+	if h := o.place.timers; h.owner != "" && !keepAlarm {
 		// A facet's timers (and its facets') live in its root: they go once the deletion commits.
 		t.emit(effect{fn: func(committed bool) {
 			if committed {

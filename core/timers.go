@@ -58,18 +58,19 @@ func (r timerRow) timer() Timer {
 
 const timerCols = "owner, key, at, retry, first, kind, payload, cron, missed, running"
 
-// timerHome is whose table holds an object's timers: its own (zero value), or a facet's root's.
+// timerHome is whose table holds an object's timers: its root object's (itself, for a top-level
+// object), under its path there ("" for the root itself).
 type timerHome struct {
-	ns       *namespace // the root object's namespace; nil for the object's own table
+	ns       *namespace
 	name, id string
-	owner    string // the object's path in the root's table
+	owner    string
 }
 
 // timerTable runs fn on the table that holds t's object's timers, with the object's path in it: in
 // t's own segment, or, for a facet, as a turn of its root, committed at once (facet.go).
 func (t *turn) timerTable(fn func(home *turn, owner string) error) error {
 	h := t.o.place.timers
-	if h.ns == nil {
+	if h.owner == "" {
 		return fn(t, "")
 	}
 	return h.ns.with(h.name, h.id, placement{}, func(root *object) error {
