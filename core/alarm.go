@@ -11,15 +11,13 @@ import (
 	"github.com/durable-go/durable/core/internal/alarmindex"
 )
 
-// Alarmer is implemented by objects that receive their alarm. The runtime
-// calls Alarm as a turn of its own (atomic and output-gated like any other)
-// when the time set with State.SetAlarm has come, activating the object
-// first if it was evicted (constructor, then Alarm).
+// Alarmer is implemented by objects that receive their alarm. The runtime calls Alarm as a turn of
+// its own (atomic and output-gated like any other) when the time set with State.SetAlarm has come,
+// activating the object first if it was evicted (constructor, then Alarm).
 //
-// Delivery is at least once: a run that returns an error, panics or
-// overstays Options.AlarmTimeout is retried (see RetryPolicy), and a crash
-// during a run means it runs again. Write Alarm so that a second run is
-// harmless: store absolute values, not increments.
+// Delivery is at least once: a run that returns an error, panics or overstays Options.AlarmTimeout
+// is retried (see RetryPolicy), and a crash during a run means it runs again. Write Alarm so that a
+// second run is harmless: store absolute values, not increments.
 type Alarmer interface {
 	Alarm(ctx context.Context, info AlarmInfo) error
 }
@@ -32,14 +30,13 @@ type AlarmInfo struct {
 	Scheduled  time.Time // the time the alarm was first set for
 }
 
-// LastAttempt reports whether a failure of this run drops the alarm (to
-// the dead-letter table) instead of retrying it.
+// LastAttempt reports whether a failure of this run drops the alarm (to the dead-letter table)
+// instead of retrying it.
 func (i AlarmInfo) LastAttempt() bool { return i.RetryCount >= i.MaxRetries }
 
-// RetryPolicy says when a failed alarm runs again. The zero value is the
-// original runtime's policy: 2 s, then doubling, at most 6 retries (7 runs
-// in all, 126 s of delays), each delay lengthened by up to 25% at random so
-// that many failing alarms do not retry in lock-step.
+// RetryPolicy says when a failed alarm runs again. The zero value is the original runtime's policy:
+// 2 s, then doubling, at most 6 retries (7 runs in all, 126 s of delays), each delay lengthened by
+// up to 25% at random so that many failing alarms do not retry in lock-step.
 type RetryPolicy struct {
 	FirstDelay time.Duration // default 2 s
 	Factor     float64       // default 2
@@ -81,10 +78,9 @@ func (p RetryPolicy) delay(n int) time.Duration {
 // maxAlarmTime is the latest time an alarm can be set for.
 var maxAlarmTime = time.Unix(0, math.MaxInt64).Add(-365 * 24 * time.Hour)
 
-// SetAlarm sets the object's one alarm to t, replacing any alarm pending
-// (SEMANTICS A1). A time in the past fires at once. It is part of the turn:
-// it takes effect when the turn commits, and it counts as one row written.
-// The object must implement Alarmer.
+// SetAlarm sets the object's one alarm to t, replacing any alarm pending (SEMANTICS A1). A time in
+// the past fires at once. It is part of the turn: it takes effect when the turn commits, and it
+// counts as one row written. The object must implement Alarmer.
 func (st *State) SetAlarm(ctx context.Context, t time.Time) error {
 	o := st.o
 	tu, err := o.inTurn(ctx)
@@ -110,8 +106,8 @@ func (st *State) SetAlarm(ctx context.Context, t time.Time) error {
 	return nil
 }
 
-// GetAlarm returns the pending alarm's time, and false if none is set.
-// While Alarm runs, the alarm being run is no longer pending (A13).
+// GetAlarm returns the pending alarm's time, and false if none is set. While Alarm runs, the alarm
+// being run is no longer pending (A13).
 func (st *State) GetAlarm(ctx context.Context) (at time.Time, ok bool, err error) {
 	t, err := st.o.inTurn(ctx)
 	if err != nil {
@@ -152,11 +148,10 @@ type alarmRun struct {
 	setDuring *int64 // SetAlarm called by the Alarm handler (A14)
 }
 
-// runTimers delivers the object's due timers (its alarm, its schedule
-// entries, its facets' timers), one after the other, each in segments of
-// its own with its own retry state, so that a failing one never delays
-// the others. A run already under way (inside an Await) runs whatever is
-// due when it gets there: one run at a time (A9).
+// runTimers delivers the object's due timers (its alarm, its schedule entries, its facets' timers),
+// one after the other, each in segments of its own with its own retry state, so that a failing one
+// never delays the others. A run already under way (inside an Await) runs whatever is due when it
+// gets there: one run at a time (A9).
 func (o *object) runTimers(ctx context.Context) error {
 	if o.alarmBusy.Load() { // the run under way looks again when it ends
 		o.alarmAgain.Store(true)
@@ -196,8 +191,8 @@ func (o *object) runDue(t *turn) error {
 	}
 	o.alarmBusy.Store(false)
 	if len(seen) == 0 && errs[0] == nil || o.alarmAgain.Swap(false) {
-		// Nothing was due (the index looked early, or at nothing), or a
-		// fire came meanwhile: look again at the earliest timer, if any.
+		// Nothing was due (the index looked early, or at nothing), or a fire came meanwhile: look
+		// again at the earliest timer, if any.
 		errs = append(errs, o.invoke(t, func(context.Context, any) error {
 			_, err := t.db()
 			t.timers = true // the commit tells the scheduler
@@ -207,8 +202,8 @@ func (o *object) runDue(t *turn) error {
 	return errors.Join(errs...)
 }
 
-// deliver runs one due timer's handler and records its fate. It returns
-// an error only if that fate could not be recorded.
+// deliver runs one due timer's handler and records its fate. It returns an error only if that fate
+// could not be recorded.
 func (o *object) deliver(t *turn, run *alarmRun, row timerRow) error {
 	policy := o.rt.opts.AlarmRetry
 	run.isAlarm, run.setDuring = row.owner == "" && row.key == "", nil
@@ -221,8 +216,8 @@ func (o *object) deliver(t *turn, run *alarmRun, row timerRow) error {
 				return t.finishTimer(row, now, false) // missed ticks are skipped
 			}
 		}
-		// The row stays, marked running, until the run's last segment
-		// commits; meanwhile it is not pending (A13).
+		// The row stays, marked running, until the run's last segment commits; meanwhile it is not
+		// pending (A13).
 		r := row
 		r.running = true
 		if err := t.putTimer(r); err != nil {
@@ -247,16 +242,16 @@ func (o *object) deliver(t *turn, run *alarmRun, row timerRow) error {
 	if herr == nil {
 		return nil
 	}
-	// The run failed and its last segment was rolled back: record what
-	// happens to the timer, as a segment of its own.
+	// The run failed and its last segment was rolled back: record what happens to the timer, as a
+	// segment of its own.
 	return o.invoke(t, func(context.Context, any) error {
 		now := o.rt.now()
 		if run.isAlarm && run.setDuring != nil { // the handler's new alarm stands (A14)
 			return t.putTimer(timerRow{at: *run.setDuring, first: *run.setDuring})
 		}
-		// A timer set while the run was inside Await (by the handler, by
-		// another turn, or by a facet through its root) stands too, and so
-		// does a deletion: only the timer that ran is retried (A14).
+		// A timer set while the run was inside Await (by the handler, by another turn, or by a
+		// facet through its root) stands too, and so does a deletion: only the timer that ran is
+		// retried (A14).
 		cur, ok, err := t.getTimer(row.owner, row.key)
 		if err != nil || !ok || !cur.running && !cur.same(row) {
 			return err
@@ -283,9 +278,9 @@ func (o *object) deliver(t *turn, run *alarmRun, row timerRow) error {
 	})
 }
 
-// finishTimer ends a timer's run: a one-shot timer is removed, a recurring
-// one goes on with its next tick. A timer set anew or deleted during the
-// run is left as it is (A14). marked says the row is marked running.
+// finishTimer ends a timer's run: a one-shot timer is removed, a recurring one goes on with its
+// next tick. A timer set anew or deleted during the run is left as it is (A14). marked says the row
+// is marked running.
 func (t *turn) finishTimer(row timerRow, now time.Time, marked bool) error {
 	cur, ok, err := t.getTimer(row.owner, row.key)
 	if err != nil || !ok || cur.running != marked || !marked && !cur.same(row) {

@@ -8,18 +8,16 @@ import (
 	"time"
 )
 
-// errEvicted tells a caller that the object it found was evicted before it
-// could queue; the caller looks the object up again. It never leaves core.
+// errEvicted tells a caller that the object it found was evicted before it could queue; the caller
+// looks the object up again. It never leaves core.
 var errEvicted = errors.New("core: object evicted")
 
-// object is one live instance of a (namespace, name) address: its gate and
-// its lifecycle (activation, idleness, eviction). What a turn does with it
-// is in turn.go.
+// object is one live instance of a (namespace, name) address: its gate and its lifecycle
+// (activation, idleness, eviction). What a turn does with it is in turn.go.
 //
-// The gate is a FIFO hand-off lock. A caller that finds it free takes it and
-// runs its turn on its own goroutine; otherwise it queues and parks until
-// the holder hands the gate to it directly. There is no mailbox goroutine:
-// a turn costs one mutex round trip when the object is idle and one
+// The gate is a FIFO hand-off lock. A caller that finds it free takes it and runs its turn on its
+// own goroutine; otherwise it queues and parks until the holder hands the gate to it directly.
+// There is no mailbox goroutine: a turn costs one mutex round trip when the object is idle and one
 // park/unpark when it is busy.
 type object struct {
 	ns    *namespace
@@ -57,9 +55,8 @@ type object struct {
 	writes    atomic.Int64
 }
 
-// placement is where an object lives, fixed when it is created: the name
-// its code sees, its database file, the directory of its facets, and whose
-// timers table holds its timers.
+// placement is where an object lives, fixed when it is created: the name its code sees, its
+// database file, the directory of its facets, and whose timers table holds its timers.
 type placement struct {
 	name   string
 	db     string
@@ -67,8 +64,7 @@ type placement struct {
 	timers timerHome
 }
 
-// topPlace places a top-level object: its own timers table, its files in
-// its namespace's directory.
+// topPlace places a top-level object: its own timers table, its files in its namespace's directory.
 func topPlace(ns *namespace, name, id string) placement {
 	return placement{name: name, db: filepath.Join(ns.dir, id+".sqlite"), facets: filepath.Join(ns.dir, id+".facets"),
 		timers: timerHome{ns: ns, name: name, id: id}}
@@ -94,9 +90,9 @@ func newObject(ns *namespace, name, id string, place placement) *object {
 
 func (o *object) isEvicted() bool { return o.gone.Load() }
 
-// acquire takes the gate for t, queueing in FIFO order if it is held. A
-// reentry (a turn coming back from Await) is never refused and does not
-// watch ctx: the turn's code must not go on without the gate.
+// acquire takes the gate for t, queueing in FIFO order if it is held. A reentry (a turn coming back
+// from Await) is never refused and does not watch ctx: the turn's code must not go on without the
+// gate.
 func (o *object) acquire(t *turn, reentry bool) error {
 	o.mu.Lock()
 	if o.evicted {
@@ -172,9 +168,8 @@ func (o *object) recycle(w *waiter) {
 	o.mu.Unlock()
 }
 
-// release hands the gate to the next waiter, or frees it. The gate is never
-// freed with a batch open: if nobody is left to join it (a waiter gave up),
-// release commits it first.
+// release hands the gate to the next waiter, or frees it. The gate is never freed with a batch
+// open: if nobody is left to join it (a waiter gave up), release commits it first.
 func (o *object) release() {
 	for {
 		o.mu.Lock()
@@ -217,8 +212,8 @@ func (o *object) queued() bool {
 	return o.qlen > 0
 }
 
-// idleSince reports how long the object has had nothing to do, or -1 if it
-// is busy, and its use sequence for LRU order.
+// idleSince reports how long the object has had nothing to do, or -1 if it is busy, and its use
+// sequence for LRU order.
 func (o *object) idleSince(now time.Time) (time.Duration, int64) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -228,8 +223,8 @@ func (o *object) idleSince(now time.Time) (time.Duration, int64) {
 	return now.Sub(o.lastActive), o.lastUse
 }
 
-// tryEvict takes the gate for good if the object is idle. The caller must
-// then detach it and close its database.
+// tryEvict takes the gate for good if the object is idle. The caller must then detach it and close
+// its database.
 func (o *object) tryEvict() bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -241,9 +236,8 @@ func (o *object) tryEvict() bool {
 	return true
 }
 
-// detach is the first half of an eviction: the object leaves its namespace
-// (an activation of the same name now waits for the close) and stops
-// counting as open.
+// detach is the first half of an eviction: the object leaves its namespace (an activation of the
+// same name now waits for the close) and stops counting as open.
 func (o *object) detach() chan struct{} {
 	ch := o.ns.remove(o)
 	if o.store != nil {
@@ -266,9 +260,9 @@ func (o *object) closeRemoved(ch chan struct{}) error {
 	return err
 }
 
-// evict finishes an eviction off the caller's goroutine: closing a
-// database checkpoints it. An activation of the same object waits for it;
-// Shutdown waits for it too, and reports it if it does not end.
+// evict finishes an eviction off the caller's goroutine: closing a database checkpoints it. An
+// activation of the same object waits for it; Shutdown waits for it too, and reports it if it does
+// not end.
 func (o *object) evict() {
 	ch := o.detach()
 	o.rt.closing.Store(o, o.rt.now())

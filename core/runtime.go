@@ -17,71 +17,68 @@ import (
 	"github.com/durable-go/durable/core/internal/sqlstore"
 )
 
-// Options configure a Runtime. The zero value is ready to use: a private
-// temporary directory, durable commits, the original runtime's idle time.
+// Options configure a Runtime. The zero value is ready to use: a private temporary directory,
+// durable commits, the original runtime's idle time.
 type Options struct {
-	// Dir is the data directory: a subdirectory per namespace, an SQLite file
-	// per object. "" means a private temporary directory that Close removes.
+	// Dir is the data directory: a subdirectory per namespace, an SQLite file per object. "" means
+	// a private temporary directory that Close removes.
 	Dir string
 
-	// IdleTimeout is how long an object with nothing to do stays in memory
-	// before it is evicted (default 10 s).
+	// IdleTimeout is how long an object with nothing to do stays in memory before it is evicted
+	// (default 10 s).
 	IdleTimeout time.Duration
 
-	// MaxQueue bounds the calls waiting for one object (default 1024); a call
-	// to a full queue fails at once with ErrOverloaded.
+	// MaxQueue bounds the calls waiting for one object (default 1024); a call to a full queue fails
+	// at once with ErrOverloaded.
 	MaxQueue int
 
-	// MaxOpenObjects bounds the objects in memory with an open database
-	// (default 1024, about 150 KiB each); past it the least recently used
-	// idle ones are evicted early.
+	// MaxOpenObjects bounds the objects in memory with an open database (default 1024, about 150
+	// KiB each); past it the least recently used idle ones are evicted early.
 	MaxOpenObjects int
 
 	// MaxBatch bounds the turns that share one group commit (default 1024).
 	MaxBatch int
 
-	// Synchronous is SQLite's synchronous setting for object databases:
-	// "FULL" (default: a commit survives power loss) or "NORMAL" (it
-	// survives a crash of the process, perhaps not of the machine).
+	// Synchronous is SQLite's synchronous setting for object databases: "FULL" (default: a commit
+	// survives power loss) or "NORMAL" (it survives a crash of the process, perhaps not of the
+	// machine).
 	Synchronous string
 
 	// Logger receives the runtime's structured records (default slog.Default()).
 	Logger *slog.Logger
 
-	// AlarmRetry says when a failed alarm runs again (default: the original
-	// runtime's 2 s doubling, 6 retries, up to 25% jitter).
+	// AlarmRetry says when a failed alarm runs again (default: the original runtime's 2 s doubling,
+	// 6 retries, up to 25% jitter).
 	AlarmRetry RetryPolicy
 
-	// AlarmTimeout is the wall-time limit of one alarm run (default 15 min):
-	// the run's context is cancelled then, and a run that overstays fails.
+	// AlarmTimeout is the wall-time limit of one alarm run (default 15 min): the run's context is
+	// cancelled then, and a run that overstays fails.
 	AlarmTimeout time.Duration
 
 	// AlarmConcurrency bounds the alarms running at once (default 64).
 	AlarmConcurrency int
 
-	// Now is the runtime's one clock (default time.Now): alarms and schedules
-	// are due by it, idle eviction measures by it, objects read it with
-	// State.Now. Tests may shift it; waiting timers notice a shift at the
-	// runtime's next event (a commit that changes a timer, an idle check
+	// Now is the runtime's one clock (default time.Now): alarms and schedules are due by it, idle
+	// eviction measures by it, objects read it with State.Now. Tests may shift it; waiting timers
+	// notice a shift at the runtime's next event (a commit that changes a timer, an idle check
 	// while objects are resident), not by a periodic wake-up.
 	Now func() time.Time
 
-	// OnAlarmDropped is called once an alarm that ran out of retries is in
-	// the dead-letter table (default: an ERROR record, event=alarm_dropped).
-	// A panic in it is recovered and logged.
+	// OnAlarmDropped is called once an alarm that ran out of retries is in the dead-letter table
+	// (default: an ERROR record, event=alarm_dropped). A panic in it is recovered and logged.
 	OnAlarmDropped func(DeadLetter)
 
-	// WebSocketSendQueue bounds the messages waiting for one WebSocket
-	// (default 256); a client further behind is cut off with 1013.
+	// WebSocketSendQueue bounds the messages waiting for one WebSocket (default 256); a client
+	// further behind is cut off with 1013.
 	WebSocketSendQueue int
 
-	// WebSocketMaxMessage is the largest message accepted from a WebSocket
-	// client (default 1 MiB); a larger one closes it with 1009.
+	// WebSocketMaxMessage is the largest message accepted from a WebSocket client (default 1 MiB);
+	// a larger one closes it with 1009.
 	WebSocketMaxMessage int64
 
-	// WebSocketOrigins lists the browser origins ("https://app.example.com",
-	// or "*") allowed to open WebSockets besides the request's own host.
-	// Requests without an Origin header (not from a browser) are allowed.
+	// WebSocketOrigins lists the browser origins ("https://app.example.com", or "*") allowed to
+	// open WebSockets besides the request's own host. Requests without an Origin header (not from a
+	// browser) are allowed.
 	WebSocketOrigins []string
 }
 
@@ -115,9 +112,8 @@ func orDefault[T int | int64 | time.Duration](v *T, d T) {
 	}
 }
 
-// Runtime hosts namespaces of objects over one data directory. It is safe
-// for concurrent use. Open one per directory: two runtimes over the same
-// directory would break the one-instance rule.
+// Runtime hosts namespaces of objects over one data directory. It is safe for concurrent use. Open
+// one per directory: two runtimes over the same directory would break the one-instance rule.
 type Runtime struct {
 	opts   Options
 	dir    string
@@ -156,8 +152,7 @@ type runtimeStats struct {
 	turns, commits, constructs, evictions, resident, openDBs atomic.Int64
 }
 
-// Stats are counters over the runtime's life, for tests, benchmarks and
-// monitoring.
+// Stats are counters over the runtime's life, for tests, benchmarks and monitoring.
 type Stats struct {
 	Turns      int64 // turns run (calls, constructors, event deliveries)
 	Commits    int64 // durable commits of object databases (each one fsync with FULL)
@@ -227,18 +222,15 @@ func (rt *Runtime) Stats() Stats {
 // CloseTimeout bounds Close: the time it gives running turns to end.
 const CloseTimeout = 30 * time.Second
 
-// Shutdown stops the runtime. New calls fail with ErrClosed at once, and
-// calls still queued for an object fail with ErrClosed when their turn
-// comes. Shutdown cancels the runtime's base context, from which the
-// contexts of turns (as they see it through Done), of Await's functions,
-// of alarm runs and of WebSocket deliveries derive, and waits for what is
-// running to finish and commit. Then it closes every WebSocket (1001) and
-// every database. A private temporary directory is removed.
+// Shutdown stops the runtime. New calls fail with ErrClosed at once, and calls still queued for an
+// object fail with ErrClosed when their turn comes. Shutdown cancels the runtime's base context,
+// from which the contexts of turns (as they see it through Done), of Await's functions, of alarm
+// runs and of WebSocket deliveries derive, and waits for what is running to finish and commit. Then
+// it closes every WebSocket (1001) and every database. A private temporary directory is removed.
 //
-// If ctx ends first, Shutdown returns an error that wraps ctx's error and
-// names what it abandoned (turns still running, databases still closing);
-// the runtime stays closed to new work, what was abandoned keeps its
-// resources, and a later Shutdown or Close goes on from there.
+// If ctx ends first, Shutdown returns an error that wraps ctx's error and names what it abandoned
+// (turns still running, databases still closing); the runtime stays closed to new work, what was
+// abandoned keeps its resources, and a later Shutdown or Close goes on from there.
 func (rt *Runtime) Shutdown(ctx context.Context) error {
 	rt.mu.Lock()
 	if !rt.closed {
@@ -267,8 +259,8 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 	if err := waitCalls(); err != nil {
 		return err
 	}
-	// Fires started before Shutdown hold calls too; stop the scheduler
-	// after them so that their retries are recorded.
+	// Fires started before Shutdown hold calls too; stop the scheduler after them so that their
+	// retries are recorded.
 	errs := []error{rt.sched.closeLoop()}
 	if err := waitCalls(); err != nil {
 		return err
@@ -299,8 +291,7 @@ func (rt *Runtime) Close() error {
 	return rt.Shutdown(ctx)
 }
 
-// busy names the objects with turns still running or waiting, and the
-// databases still closing.
+// busy names the objects with turns still running or waiting, and the databases still closing.
 func (rt *Runtime) busy() []string {
 	var out []string
 	for _, ns := range rt.snapshotNamespaces() {
@@ -319,8 +310,7 @@ func (rt *Runtime) busy() []string {
 	return append(out, fmt.Sprintf("%d calls in flight", rt.calls.Load()))
 }
 
-// goWork runs fn in the background, owned by the runtime: Shutdown waits
-// for it.
+// goWork runs fn in the background, owned by the runtime: Shutdown waits for it.
 func (rt *Runtime) goWork(fn func()) {
 	rt.calls.Add(1)
 	go func() {
@@ -339,9 +329,9 @@ func (rt *Runtime) hook(name string, fn func()) {
 	fn()
 }
 
-// enter registers a call in flight; it fails once the runtime is closed.
-// Shutdown sets isClosed before it reads calls, and leave decrements
-// calls before it reads isClosed: one of them sees the other.
+// enter registers a call in flight; it fails once the runtime is closed. Shutdown sets isClosed
+// before it reads calls, and leave decrements calls before it reads isClosed: one of them sees the
+// other.
 func (rt *Runtime) enter() error {
 	rt.calls.Add(1)
 	if rt.isClosed.Load() {
@@ -374,9 +364,8 @@ func (rt *Runtime) snapshotNamespaces() []*namespace {
 	return out
 }
 
-// janitor evicts idle objects and keeps the coarse clock. It ticks only
-// while objects are resident. It is owned by the runtime: Shutdown stops
-// it and waits for it.
+// janitor evicts idle objects and keeps the coarse clock. It ticks only while objects are resident.
+// It is owned by the runtime: Shutdown stops it and waits for it.
 func (rt *Runtime) janitor() {
 	defer close(rt.done)
 	every := rt.tick()
@@ -413,9 +402,8 @@ func (rt *Runtime) wakeJanitor() {
 	}
 }
 
-// coarseNow is the runtime's clock to within the janitor's tick (at most
-// 250 ms), at the cost of an atomic load: the gate stamps every release with
-// it.
+// coarseNow is the runtime's clock to within the janitor's tick (at most 250 ms), at the cost of an
+// atomic load: the gate stamps every release with it.
 func (rt *Runtime) coarseNow() time.Time { return time.Unix(0, rt.clock.Load()) }
 
 // tick is the janitor's period, and how far behind the coarse clock can be.
@@ -423,8 +411,8 @@ func (rt *Runtime) tick() time.Duration {
 	return min(max(rt.opts.IdleTimeout/40, time.Millisecond), 250*time.Millisecond)
 }
 
-// evictIdle evicts every object idle for IdleTimeout: by the coarse clock
-// that stamped it, for IdleTimeout and one tick.
+// evictIdle evicts every object idle for IdleTimeout: by the coarse clock that stamped it, for
+// IdleTimeout and one tick.
 func (rt *Runtime) evictIdle(now time.Time) {
 	for _, ns := range rt.snapshotNamespaces() {
 		for _, o := range ns.snapshot() {
@@ -435,8 +423,8 @@ func (rt *Runtime) evictIdle(now time.Time) {
 	}
 }
 
-// shed evicts the least recently used idle objects while more than
-// MaxOpenObjects databases are open.
+// shed evicts the least recently used idle objects while more than MaxOpenObjects databases are
+// open.
 func (rt *Runtime) shed() {
 	over := rt.stats.openDBs.Load() - int64(rt.opts.MaxOpenObjects)
 	if over <= 0 {

@@ -9,14 +9,12 @@ import (
 	"github.com/durable-go/durable/core/internal/alarmindex"
 )
 
-// scheduler fires alarms. It keeps one entry per object with a pending
-// alarm, in a timer heap, and mirrors them in the runtime's index database
-// so that they survive a restart.
+// scheduler fires alarms. It keeps one entry per object with a pending alarm, in a timer heap, and
+// mirrors them in the runtime's index database so that they survive a restart.
 //
-// The object's own storage is the truth; the index only says when to look.
-// Before an object commits an alarm, the index is made to hold that time or
-// an earlier one, durably: a crash can leave an early or spurious entry
-// (which fires, finds nothing due, and is rescheduled or dropped) but never
+// The object's own storage is the truth; the index only says when to look. Before an object commits
+// an alarm, the index is made to hold that time or an earlier one, durably: a crash can leave an
+// early or spurious entry (which fires, finds nothing due, and is rescheduled or dropped) but never
 // lose an alarm.
 type scheduler struct {
 	rt *Runtime
@@ -120,8 +118,8 @@ func (s *scheduler) schedule(ns, id, name string, at int64) {
 	}
 }
 
-// ensureIndexed makes sure, durably, that the index will look at the
-// object no later than at. It is called before the object commits.
+// ensureIndexed makes sure, durably, that the index will look at the object no later than at. It is
+// called before the object commits.
 func (s *scheduler) ensureIndexed(ns, id, name string, at int64) error {
 	s.mu.Lock()
 	e := s.byKey[alarmKey{ns, id}]
@@ -195,8 +193,8 @@ func (s *scheduler) unpark(ns string) {
 	}
 }
 
-// loop pops due entries and fires them. It is owned by the scheduler:
-// close stops it and waits for it and for the fires it started.
+// loop pops due entries and fires them. It is owned by the scheduler: close stops it and waits for
+// it and for the fires it started.
 func (s *scheduler) loop() {
 	defer close(s.done)
 	timer := time.NewTimer(time.Hour)
@@ -241,8 +239,8 @@ func (s *scheduler) loop() {
 	}
 }
 
-// flusher writes the index's lazy changes (deletions, exact times) in the
-// background, so that the loop never waits for the disk.
+// flusher writes the index's lazy changes (deletions, exact times) in the background, so that the
+// loop never waits for the disk.
 func (s *scheduler) flusher() {
 	defer s.wg.Done()
 	for {
@@ -274,8 +272,8 @@ func (s *scheduler) fire(ns, id, name string) {
 		return
 	}
 	defer rt.leave()
-	// Look the namespace up and park the entry under one lock, so that a
-	// Register in between (which unparks) cannot be missed.
+	// Look the namespace up and park the entry under one lock, so that a Register in between (which
+	// unparks) cannot be missed.
 	s.mu.Lock()
 	rt.mu.RLock()
 	n := rt.namespaces[ns]
@@ -300,9 +298,8 @@ func (s *scheduler) fire(ns, id, name string) {
 	}
 	s.mu.Unlock()
 	if err != nil && err != ErrClosed && e != nil {
-		// The runtime could not run the alarm or record its fate (the
-		// constructor failed, a commit failed): the stored alarm is
-		// untouched, so look again later.
+		// The runtime could not run the alarm or record its fate (the constructor failed, a commit
+		// failed): the stored alarm is untouched, so look again later.
 		d := rt.opts.AlarmRetry.delay(min(e.faults, 10))
 		rt.log.Warn("alarm could not run", "event", "alarm_fault", "namespace", ns, "name", name, "retry_in", d, "error", err)
 		s.schedule(ns, id, name, rt.now().Add(d).UnixNano())

@@ -14,18 +14,16 @@ import (
 	"github.com/durable-go/durable/core/internal/wsconn"
 )
 
-// A turn is one call's (or one event's) run on an object, and this file is
-// its whole life: where it begins (run), how its segments run (invoke), how
-// its writes commit (commit) and where its output is released (release).
+// A turn is one call's (or one event's) run on an object, and this file is its whole life: where it
+// begins (run), how its segments run (invoke), how its writes commit (commit) and where its output
+// is released (release).
 //
-// A turn runs in segments: the code between two waits for something that
-// is not the object's own storage. Each segment holds the gate. Its writes
-// run in a savepoint of the open group-commit batch (or in the batch's
-// transaction itself when it opened it); it owns the Rows it opened, which
-// are closed when it ends, and it collects effects: output held until the
-// batch commits (WebSocket sends, closes and accepts, HTTP responses, facet
-// removals), dropped if the segment or the commit fails. The turn is also
-// the context its code receives: every in-turn operation finds its turn
+// A turn runs in segments: the code between two waits for something that is not the object's own
+// storage. Each segment holds the gate. Its writes run in a savepoint of the open group-commit
+// batch (or in the batch's transaction itself when it opened it); it owns the Rows it opened, which
+// are closed when it ends, and it collects effects: output held until the batch commits (WebSocket
+// sends, closes and accepts, HTTP responses, facet removals), dropped if the segment or the commit
+// fails. The turn is also the context its code receives: every in-turn operation finds its turn
 // through that context, never through the object.
 type turn struct {
 	context.Context
@@ -37,15 +35,14 @@ type turn struct {
 	waiting  atomic.Pointer[object] // the gate this turn is queued for
 }
 
-// parent is the turn whose context made t's call: it waits in Await
-// meanwhile.
+// parent is the turn whose context made t's call: it waits in Await meanwhile.
 func (t *turn) parent() *turn {
 	p, _ := t.Context.Value(callerKey{}).(*turn)
 	return p
 }
 
-// segment is what a turn's segment holds, used by the gate holder (and
-// effects, under the turn's mu, by Send).
+// segment is what a turn's segment holds, used by the gate holder (and effects, under the turn's
+// mu, by Send).
 type segment struct {
 	sp      spState
 	depth   int // nested Storage.Transaction depth
@@ -79,8 +76,8 @@ const (
 	spTx // the segment opened the batch: its transaction is the savepoint
 )
 
-// turnKey finds the turn whose segment may act (storage, output);
-// callerKey finds the turn that makes a call, even from inside Await.
+// turnKey finds the turn whose segment may act (storage, output); callerKey finds the turn that
+// makes a call, even from inside Await.
 type turnKey struct{}
 type callerKey struct{}
 
@@ -92,8 +89,8 @@ func (t *turn) Value(key any) any {
 	return t.Context.Value(key)
 }
 
-// Done is the caller's Done, ended also by Runtime.Shutdown (the tie to
-// the runtime's base context is made when the code first asks).
+// Done is the caller's Done, ended also by Runtime.Shutdown (the tie to the runtime's base context
+// is made when the code first asks).
 func (t *turn) Done() <-chan struct{} { return t.merged().Done() }
 func (t *turn) Err() error            { return t.merged().Err() }
 
@@ -127,10 +124,9 @@ func (o *object) inTurn(ctx context.Context) (*turn, error) {
 	return t, nil
 }
 
-// effect is one piece of a turn's output, held until the batch holding the
-// turn's writes is durable. Sends, closes and accepts are values (a
-// broadcast holds a thousand of them); anything else is a func told
-// whether the writes committed.
+// effect is one piece of a turn's output, held until the batch holding the turn's writes is
+// durable. Sends, closes and accepts are values (a broadcast holds a thousand of them); anything
+// else is a func told whether the writes committed.
 type effect struct {
 	kind effectKind
 	ws   *WebSocket
@@ -164,8 +160,8 @@ func (t *turn) emit(e effect) {
 // Effect lists are pooled: a broadcast to a thousand members needs one.
 var effectPool sync.Pool
 
-// release carries out effects once their writes are durable (committed)
-// or drops them (the segment or the commit failed).
+// release carries out effects once their writes are durable (committed) or drops them (the segment
+// or the commit failed).
 func release(effects []effect, committed bool) {
 	defer recycle(effects)
 	for i := range effects {
@@ -211,15 +207,14 @@ func (b *batch) wait() error {
 	return b.err
 }
 
-// run runs fn as one turn: it waits for the gate, builds the instance if
-// needed, runs fn, and returns once the turn's writes (and any writes it
-// read) are durable.
+// run runs fn as one turn: it waits for the gate, builds the instance if needed, runs fn, and
+// returns once the turn's writes (and any writes it read) are durable.
 func (o *object) run(ctx context.Context, fn func(context.Context, any) error) error {
 	return o.runTurn(ctx, false, func(t *turn) error { return o.invoke(t, fn) })
 }
 
-// runTurn runs body as a turn holding the gate, once the instance is built.
-// A reentry is not refused for a full queue (an alarm run).
+// runTurn runs body as a turn holding the gate, once the instance is built. A reentry is not
+// refused for a full queue (an alarm run).
 func (o *object) runTurn(ctx context.Context, reentry bool, body func(*turn) error) (err error) {
 	t := &turn{Context: ctx, o: o}
 	if err := o.acquire(t, reentry); err != nil {
@@ -241,9 +236,9 @@ func (o *object) runTurn(ctx context.Context, reentry bool, body func(*turn) err
 	return body(t)
 }
 
-// end finishes a turn that holds the gate: the batch is committed now if
-// no other turn is queued to join it, and the turn returns once its writes
-// are durable. It runs even when the turn's goroutine exits.
+// end finishes a turn that holds the gate: the batch is committed now if no other turn is queued to
+// join it, and the turn returns once its writes are durable. It runs even when the turn's goroutine
+// exits.
 func (t *turn) end() error {
 	if t.hasSeg.Load() {
 		t.mu.Lock()
@@ -273,11 +268,10 @@ func (o *object) construct(t *turn) error {
 
 var errGoexit = errors.New("core: the turn's goroutine exited (runtime.Goexit) before the turn ended")
 
-// invoke runs one segment of user code with the gate held. A returned
-// error rolls the segment back and comes out as a *RemoteError; the
-// instance is kept, and so is what the code changed in memory. A panic or
-// a runtime.Goexit rolls it back too and also drops the instance: the
-// constructor runs again for the next event, from what is durable.
+// invoke runs one segment of user code with the gate held. A returned error rolls the segment back
+// and comes out as a *RemoteError; the instance is kept, and so is what the code changed in memory.
+// A panic or a runtime.Goexit rolls it back too and also drops the instance: the constructor runs
+// again for the next event, from what is durable.
 func (o *object) invoke(t *turn, fn func(context.Context, any) error) (err error) {
 	t.live.Store(true)
 	o.rt.stats.turns.Add(1)
@@ -302,8 +296,8 @@ func (o *object) invoke(t *turn, fn func(context.Context, any) error) (err error
 	return err
 }
 
-// db returns the open database with the segment's savepoint in place,
-// opening the database and the group-commit batch as needed.
+// db returns the open database with the segment's savepoint in place, opening the database and the
+// group-commit batch as needed.
 func (t *turn) db() (*store, error) {
 	o := t.o
 	t.seg()
@@ -355,9 +349,9 @@ func (t *turn) write() (*store, error) {
 	return st, err
 }
 
-// endSegment closes the segment: its Rows are closed, its savepoint is
-// released into the batch (or rolled back), and its effects join the
-// batch (or are dropped; with nothing uncommitted they are released now).
+// endSegment closes the segment: its Rows are closed, its savepoint is released into the batch (or
+// rolled back), and its effects join the batch (or are dropped; with nothing uncommitted they are
+// released now).
 func (t *turn) endSegment(failed bool) error {
 	o := t.o
 	t.live.Store(false)
@@ -419,17 +413,17 @@ func (t *turn) endSegment(failed bool) error {
 	return err
 }
 
-// leave ends a holder's use of the gate. The open batch is committed now if
-// no other turn is queued to join it (or it is full); otherwise the next
-// turn joins it and this one waits for that commit, which leave returns.
+// leave ends a holder's use of the gate. The open batch is committed now if no other turn is queued
+// to join it (or it is full); otherwise the next turn joins it and this one waits for that commit,
+// which leave returns.
 func (o *object) leave() *batch {
 	b := o.batch
 	if b != nil {
 		queued := o.queued()
 		if !queued && b.turns == 1 && o.lastBatch > 1 {
-			// The callers of the last batch were all released at once by
-			// its commit; the first one back should not commit alone while
-			// the others are on their way. Give them a moment to queue.
+			// The callers of the last batch were all released at once by its commit; the first one
+			// back should not commit alone while the others are on their way. Give them a moment to
+			// queue.
 			runtime.Gosched()
 			queued = o.queued()
 		}
@@ -442,10 +436,9 @@ func (o *object) leave() *batch {
 	return b
 }
 
-// commit makes the open batch durable, then releases its output and every
-// turn waiting for it. If the batch changed a timer, the runtime's alarm
-// index learns the earliest one before the commit (so a crash can leave an
-// early index entry, never a missing one) and the scheduler after it.
+// commit makes the open batch durable, then releases its output and every turn waiting for it. If
+// the batch changed a timer, the runtime's alarm index learns the earliest one before the commit
+// (so a crash can leave an early index entry, never a missing one) and the scheduler after it.
 func (o *object) commit() error {
 	b := o.batch
 	var next alarmChange
@@ -475,10 +468,9 @@ func (o *object) commit() error {
 	return b.err
 }
 
-// poison handles a failure of the runtime's own transaction statements: the
-// connection's state is unknown, so the batch is abandoned, the database
-// closed and the instance dropped; the next turn rebuilds from what is
-// durable.
+// poison handles a failure of the runtime's own transaction statements: the connection's state is
+// unknown, so the batch is abandoned, the database closed and the instance dropped; the next turn
+// rebuilds from what is durable.
 func (o *object) poison(cause error) error {
 	err := fmt.Errorf("%w: %v", ErrCommitFailed, cause)
 	if b := o.batch; b != nil {
@@ -498,10 +490,9 @@ func (o *object) poison(cause error) error {
 	return err
 }
 
-// await runs fn with the gate open: the turn so far is committed durably,
-// other turns may run while fn runs, and the turn re-enters at the back of
-// the queue when fn returns. fn's context does not mark the turn: the
-// turn's storage and output are not reachable from it.
+// await runs fn with the gate open: the turn so far is committed durably, other turns may run while
+// fn runs, and the turn re-enters at the back of the queue when fn returns. fn's context does not
+// mark the turn: the turn's storage and output are not reachable from it.
 func (o *object) await(t *turn, fn func(context.Context) error) error {
 	if err := t.endSegment(false); err != nil {
 		return err
@@ -530,8 +521,8 @@ func (o *object) await(t *turn, fn func(context.Context) error) error {
 	return fn(actx)
 }
 
-// awaitCtx is the context of an Await's fn: the turn's deadline, values
-// and cancellation, but not the turn itself.
+// awaitCtx is the context of an Await's fn: the turn's deadline, values and cancellation, but not
+// the turn itself.
 type awaitCtx struct{ t *turn }
 
 func (c awaitCtx) Deadline() (time.Time, bool) { return c.t.Context.Deadline() }
@@ -547,12 +538,11 @@ func (c awaitCtx) Value(key any) any {
 	return c.t.Context.Value(key)
 }
 
-// checkDeadlock (called with o.mu held, taking no other lock) refuses a
-// wait for o's gate that could never end: the
-// gate's holder is t itself or one of the turns t is run for, or it waits,
-// through a chain of gates, for one of them. A turn whose code called out
-// with a context that is not its own cannot be seen through contexts; it
-// is found on the goroutine's stack instead (only when t would wait).
+// checkDeadlock (called with o.mu held, taking no other lock) refuses a wait for o's gate that
+// could never end: the gate's holder is t itself or one of the turns t is run for, or it waits,
+// through a chain of gates, for one of them. A turn whose code called out with a context that is
+// not its own cannot be seen through contexts; it is found on the goroutine's stack instead (only
+// when t would wait).
 func (o *object) checkDeadlock(t *turn) error {
 	mine := func(h *turn) bool {
 		for a := t; a != nil; a = a.parent() {
@@ -586,9 +576,9 @@ func (o *object) deadlock(t *turn) error {
 	return fmt.Errorf("%w (%s/%q); from inside a turn, pass the turn's context to calls", ErrDeadlock, o.ns.name, o.name)
 }
 
-// hiddenCallers reports whether the goroutine runs more turn segments than
-// t's chain of callers accounts for: a turn called out with a context that
-// is not its own, and keeps its gate closed while it waits.
+// hiddenCallers reports whether the goroutine runs more turn segments than t's chain of callers
+// accounts for: a turn called out with a context that is not its own, and keeps its gate closed
+// while it waits.
 func hiddenCallers(t *turn) bool {
 	known := 0
 	for a := t.parent(); a != nil; a = a.parent() {

@@ -1,12 +1,10 @@
-// Package coretest helps test objects built on package core, as httptest
-// helps test handlers.
+// Package coretest helps test objects built on package core, as httptest helps test handlers.
 //
 // # Testing alarms without waiting
 //
-// Time-based behaviour (alarms, retries, schedules, idle eviction) is best
-// tested inside a testing/synctest bubble: open the runtime inside the
-// bubble, and time.Sleep there advances a fake clock at once. The whole
-// 126 s retry ladder of a failing alarm then runs in milliseconds:
+// Time-based behaviour (alarms, retries, schedules, idle eviction) is best tested inside a
+// testing/synctest bubble: open the runtime inside the bubble, and time.Sleep there advances a fake
+// clock at once. The whole 126 s retry ladder of a failing alarm then runs in milliseconds:
 //
 //	func TestFlush(t *testing.T) {
 //		synctest.Test(t, func(t *testing.T) {
@@ -20,10 +18,9 @@
 //		})
 //	}
 //
-// Rules of the bubble: the runtime must be opened and closed inside it
-// (Open does both), and nothing in it may wait on a real network socket
-// (use net.Pipe). Outside a bubble, Stub.TriggerAlarm runs an object's
-// pending alarm at once.
+// Rules of the bubble: the runtime must be opened and closed inside it (Open does both), and
+// nothing in it may wait on a real network socket (use net.Pipe). Outside a bubble,
+// Stub.TriggerAlarm runs an object's pending alarm at once.
 package coretest
 
 import (
@@ -32,9 +29,8 @@ import (
 	"github.com/durable-go/durable/core"
 )
 
-// Open opens a runtime for the test and closes it when the test ends,
-// failing the test if Close fails. With opts.Dir empty the data lives in a
-// private temporary directory.
+// Open opens a runtime for the test and closes it when the test ends, failing the test if Close
+// fails. With opts.Dir empty the data lives in a private temporary directory.
 func Open(tb testing.TB, opts core.Options) *core.Runtime {
 	tb.Helper()
 	rt, err := core.Open(opts)

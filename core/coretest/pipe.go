@@ -6,10 +6,9 @@ import (
 	"sync"
 )
 
-// PipeListener is a net.Listener over net.Pipe. Serve HTTP (and
-// WebSockets) on it and dial it with Dial, and the server and its clients
-// can talk inside a testing/synctest bubble, where a real socket would not
-// count as durably blocked:
+// PipeListener is a net.Listener over net.Pipe. Serve HTTP (and WebSockets) on it and dial it with
+// Dial, and the server and its clients can talk inside a testing/synctest bubble, where a real
+// socket would not count as durably blocked:
 //
 //	l := coretest.NewPipeListener()
 //	srv := &http.Server{Handler: h}
@@ -46,9 +45,9 @@ func (l *PipeListener) Close() error {
 // Addr returns a placeholder address.
 func (l *PipeListener) Addr() net.Addr { return pipeAddr{} }
 
-// Dial connects a client to the listener. Its signature is that of
-// net.Dialer.DialContext, so it fits http.Transport.DialContext and
-// websocket.Dialer.NetDialContext; network and address are ignored.
+// Dial connects a client to the listener. Its signature is that of net.Dialer.DialContext, so it
+// fits http.Transport.DialContext and websocket.Dialer.NetDialContext; network and address are
+// ignored.
 func (l *PipeListener) Dial(ctx context.Context, _, _ string) (net.Conn, error) {
 	client, server := net.Pipe()
 	select {
