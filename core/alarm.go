@@ -1,6 +1,7 @@
 package core
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -45,24 +46,13 @@ type RetryPolicy struct {
 }
 
 func (p RetryPolicy) withDefaults() RetryPolicy {
-	if p.FirstDelay <= 0 {
-		p.FirstDelay = 2 * time.Second
-	}
+	orDefault(&p.FirstDelay, 2*time.Second)
 	if p.Factor < 1 {
 		p.Factor = 2
 	}
-	switch {
-	case p.MaxRetries == 0:
-		p.MaxRetries = 6
-	case p.MaxRetries < 0:
-		p.MaxRetries = 0
-	}
-	switch {
-	case p.Jitter == 0:
-		p.Jitter = 0.25
-	case p.Jitter < 0:
-		p.Jitter = 0
-	}
+	// Zero means the default, negative means none.
+	p.MaxRetries = max(cmp.Or(p.MaxRetries, 6), 0)
+	p.Jitter = max(cmp.Or(p.Jitter, 0.25), 0)
 	return p
 }
 

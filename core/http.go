@@ -46,6 +46,9 @@ func (s *Stub[T]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // flush sends the buffered response.
 func (g *gatedResponse) flush() {
+	if g.hijacked || g.sent { // a WebSocket upgrade has answered already
+		return
+	}
 	maps.Copy(g.w.Header(), g.header)
 	if g.status == 0 {
 		g.status = http.StatusOK

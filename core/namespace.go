@@ -187,7 +187,7 @@ func (ns *namespace) object(name, id string, place placement) *object {
 	o := newObject(ns, name, id, place)
 	ns.objects[name] = o
 	if ns.rt.stats.resident.Add(1) == 1 {
-		ns.rt.wakeJanitor()
+		signal(ns.rt.wake)
 	}
 	return o
 }

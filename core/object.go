@@ -106,11 +106,11 @@ func (o *object) acquire(t *turn, reentry bool) error {
 		return nil
 	}
 	if !reentry {
-		if o.qlen >= o.rt.opts.MaxQueue {
-			o.mu.Unlock()
-			return ErrOverloaded
+		err := ErrOverloaded
+		if o.qlen < o.rt.opts.MaxQueue {
+			err = o.checkDeadlock(t)
 		}
-		if err := o.checkDeadlock(t); err != nil {
+		if err != nil {
 			o.mu.Unlock()
 			return err
 		}

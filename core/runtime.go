@@ -1,13 +1,16 @@
 package core
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -343,10 +346,15 @@ func (rt *Runtime) enter() error {
 
 func (rt *Runtime) leave() {
 	if rt.calls.Add(-1) == 0 && rt.isClosed.Load() {
-		select {
-		case rt.drained <- struct{}{}:
-		default:
-		}
+		signal(rt.drained)
+	}
+}
+
+// signal wakes the one waiter of ch, a channel of capacity 1, if it is not awake already.
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
 	}
 }
 
@@ -354,14 +362,7 @@ func (rt *Runtime) leave() {
 func (rt *Runtime) snapshotNamespaces() []*namespace {
 	rt.mu.RLock()
 	defer rt.mu.RUnlock()
-	out := make([]*namespace, 0, len(rt.namespaces)+len(rt.facets))
-	for _, ns := range rt.namespaces {
-		out = append(out, ns)
-	}
-	for _, ns := range rt.facets {
-		out = append(out, ns)
-	}
-	return out
+	return slices.AppendSeq(slices.Collect(maps.Values(rt.namespaces)), maps.Values(rt.facets))
 }
 
 // janitor evicts idle objects and keeps the coarse clock. It ticks only while objects are resident.
@@ -394,14 +395,6 @@ func (rt *Runtime) janitor() {
 	}
 }
 
-// wakeJanitor tells the janitor an object became resident.
-func (rt *Runtime) wakeJanitor() {
-	select {
-	case rt.wake <- struct{}{}:
-	default:
-	}
-}
-
 // coarseNow is the runtime's clock to within the janitor's tick (at most 250 ms), at the cost of an
 // atomic load: the gate stamps every release with it.
 func (rt *Runtime) coarseNow() time.Time { return time.Unix(0, rt.clock.Load()) }
@@ -430,27 +423,19 @@ func (rt *Runtime) shed() {
 	if over <= 0 {
 		return
 	}
-	type cand struct {
-		o   *object
-		use int64
-	}
-	var cands []cand
+	var cands []*object
+	uses := map[*object]int64{}
 	for _, ns := range rt.snapshotNamespaces() {
 		for _, o := range ns.snapshot() {
-			if o.hasStore.Load() {
-				if _, use := o.idleSince(time.Time{}); use >= 0 {
-					cands = append(cands, cand{o, use})
-				}
+			if _, use := o.idleSince(time.Time{}); use >= 0 && o.hasStore.Load() {
+				cands, uses[o] = append(cands, o), use
 			}
 		}
 	}
-	sort.Slice(cands, func(i, j int) bool { return cands[i].use < cands[j].use })
-	for _, c := range cands {
-		if over <= 0 {
-			return
-		}
-		if c.o.tryEvict() {
-			c.o.evict()
+	slices.SortFunc(cands, func(a, b *object) int { return cmp.Compare(uses[a], uses[b]) })
+	for _, o := range cands {
+		if over > 0 && o.tryEvict() {
+			o.evict()
 			over--
 		}
 	}

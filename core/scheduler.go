@@ -90,12 +90,7 @@ func newScheduler(rt *Runtime) (*scheduler, error) {
 	return s, nil
 }
 
-func (s *scheduler) poke() {
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
-}
+func (s *scheduler) poke() { signal(s.wake) }
 
 // schedule makes the scheduler look at the object at time at.
 func (s *scheduler) schedule(ns, id, name string, at int64) {

@@ -558,21 +558,17 @@ func (o *object) checkDeadlock(t *turn) error {
 			return nil
 		}
 		if mine(h) {
-			return o.deadlock(t)
+			break
 		}
 		next := h.waiting.Load()
 		if next == nil {
+			if t.parent() == nil || !hiddenCallers(t) {
+				return nil
+			}
 			break
 		}
 		h = next.holder.Load()
 	}
-	if t.parent() != nil && hiddenCallers(t) {
-		return o.deadlock(t)
-	}
-	return nil
-}
-
-func (o *object) deadlock(t *turn) error {
 	return fmt.Errorf("%w (%s/%q); from inside a turn, pass the turn's context to calls", ErrDeadlock, o.ns.name, o.name)
 }
 
@@ -586,15 +582,11 @@ func hiddenCallers(t *turn) bool {
 	}
 	var pcs [64]uintptr
 	frames := runtime.CallersFrames(pcs[:runtime.Callers(3, pcs[:])])
-	n := 0
-	for {
-		f, more := frames.Next()
-		if strings.HasSuffix(f.Function, "core.(*object).invoke") {
-			n++
-		}
-		if !more {
-			break
+	for more := true; more; {
+		var f runtime.Frame
+		if f, more = frames.Next(); strings.HasSuffix(f.Function, "core.(*object).invoke") {
+			known--
 		}
 	}
-	return n > known
+	return known < 0
 }
