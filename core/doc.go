@@ -79,9 +79,10 @@
 // # Caveats
 //
 //   - A call from inside a turn must be given the turn's context: with another one the caller's
-//     gate stays closed while it waits. The runtime finds such a caller on the goroutine's stack
-//     when the call would wait for a busy gate, and refuses with ErrDeadlock rather than risk a
-//     wait that never ends.
+//     gate stays closed while it waits. When such a chain comes back to a busy gate through a
+//     turn that passes its own context, the runtime finds the hidden caller on the goroutine's
+//     stack and refuses with ErrDeadlock; a call made with another context straight back to the
+//     calling object itself cannot be told from an outside caller, and waits for ever.
 //   - One Runtime per data directory: two processes on one directory break the one-instance rule.
 //   - A turn failing after an Await rolls back only what follows it: Await commits the turn so far.
 package core

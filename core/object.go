@@ -129,8 +129,8 @@ func (o *object) acquire(t *turn, reentry bool) error {
 	}
 	o.tail = w
 	o.qlen++
+	t.waiting.Store(o) // before the gate can be handed to t, which clears it
 	o.mu.Unlock()
-	t.waiting.Store(o)
 	defer t.waiting.Store(nil)
 
 	done := t.Context.Done()

@@ -401,7 +401,9 @@ func (t *turn) endSegment(failed bool) error {
 			b.turns++
 		}
 		b.timers = b.timers || timers
-		if effects != nil {
+		if b.effects == nil {
+			b.effects = effects
+		} else if effects != nil {
 			b.effects = append(b.effects, effects...)
 			recycle(effects)
 		}
@@ -557,19 +559,17 @@ func (o *object) checkDeadlock(t *turn) error {
 		if h == nil {
 			return nil
 		}
-		if mine(h) {
-			break
-		}
 		next := h.waiting.Load()
-		if next == nil {
-			if t.parent() == nil || !hiddenCallers(t) {
-				return nil
-			}
-			break
+		if !mine(h) && next != nil {
+			h = next.holder.Load()
+			continue
 		}
-		h = next.holder.Load()
+		if mine(h) || t.parent() != nil && hiddenCallers(t) {
+			return fmt.Errorf("%w (%s/%q); from inside a turn, pass the turn's context to calls", ErrDeadlock, o.ns.name, o.name)
+		}
+		return nil
 	}
-	return fmt.Errorf("%w (%s/%q); from inside a turn, pass the turn's context to calls", ErrDeadlock, o.ns.name, o.name)
+	return nil // a long chain, but not one through t
 }
 
 // hiddenCallers reports whether the goroutine runs more turn segments than t's chain of callers

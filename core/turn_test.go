@@ -378,3 +378,33 @@ func TestCall_GoexitReleasesGate(t *testing.T) {
 		t.Errorf("constructor runs: got %d, want 2 (Goexit drops the instance)", got)
 	}
 }
+
+// Many callers contending for one object's gate never see ErrDeadlock:
+// only a wait that can never end is refused.
+func TestCall_ContentionIsNoDeadlock(t *testing.T) {
+	rt := openRuntime(t, core.Options{})
+	ns, err := core.Register(rt, "journals", newJournal)
+	require.NoError(t, err)
+	j, err := ns.Get("busy")
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for w := range 64 {
+		wg.Go(func() {
+			for i := range 200 {
+				err := core.Do(context.Background(), j, func(ctx context.Context, j *journal) error {
+					return j.add(ctx, fmt.Sprint(w, "-", i))
+				})
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("a contended call failed: %v", err)
+	}
+}
