@@ -30,6 +30,7 @@ type turn struct {
 	o        *object
 	live     atomic.Bool
 	hasSeg   atomic.Bool
+	tied     atomic.Bool            // Done is tied to the runtime's base context
 	mu       sync.Mutex             // guards segment's making and its effects (Send may come from any goroutine)
 	*segment                        // made when the turn first uses storage, output or Done
 	waiting  atomic.Pointer[object] // the gate this turn is queued for
@@ -55,6 +56,9 @@ type segment struct {
 
 // seg returns the turn's segment state, making it if needed.
 func (t *turn) seg() *segment {
+	if t.hasSeg.Load() { // made once, never changed: no lock needed to read it
+		return t.segment
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.segLocked()
@@ -102,6 +106,7 @@ func (t *turn) merged() context.Context {
 		ctx, cancel := context.WithCancel(t.Context)
 		stop := context.AfterFunc(t.o.rt.base, cancel)
 		s.done, s.stop = ctx, func() { stop(); cancel() }
+		t.tied.Store(true)
 	}
 	return s.done
 }
@@ -240,11 +245,9 @@ func (o *object) runTurn(ctx context.Context, reentry bool, body func(*turn) err
 // join it, and the turn returns once its writes are durable. It runs even when the turn's goroutine
 // exits.
 func (t *turn) end() error {
-	if t.hasSeg.Load() {
+	if t.tied.Load() {
 		t.mu.Lock()
-		if t.stop != nil {
-			t.stop()
-		}
+		t.stop()
 		t.mu.Unlock()
 	}
 	return t.o.leave().wait()
