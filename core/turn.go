@@ -245,10 +245,8 @@ func (o *object) runTurn(ctx context.Context, reentry bool, body func(*turn) err
 // join it, and the turn returns once its writes are durable. It runs even when the turn's goroutine
 // exits.
 func (t *turn) end() error {
-	if t.tied.Load() {
-		t.mu.Lock()
+	if t.tied.Load() { // stop was set before tied
 		t.stop()
-		t.mu.Unlock()
 	}
 	return t.o.leave().wait()
 }
