@@ -99,11 +99,7 @@ func (st *State) SetAlarm(ctx context.Context, t time.Time) error {
 // GetAlarm returns the pending alarm's time, and false if none is set. While Alarm runs, the alarm
 // being run is no longer pending (A13).
 func (st *State) GetAlarm(ctx context.Context) (at time.Time, ok bool, err error) {
-	t, err := st.o.inTurn(ctx)
-	if err != nil {
-		return time.Time{}, false, err
-	}
-	err = t.timerTable(func(h *turn, owner string) error {
+	err = st.onTimers(ctx, func(h *turn, owner string) error {
 		r, found, err := h.getTimer(owner, "")
 		if found && !r.running {
 			at, ok = time.Unix(0, r.at), true
@@ -115,11 +111,7 @@ func (st *State) GetAlarm(ctx context.Context) (at time.Time, ok bool, err error
 
 // DeleteAlarm cancels the pending alarm, including a retry waiting to run.
 func (st *State) DeleteAlarm(ctx context.Context) error {
-	t, err := st.o.inTurn(ctx)
-	if err != nil {
-		return err
-	}
-	return t.timerTable(func(h *turn, owner string) error {
+	return st.onTimers(ctx, func(h *turn, owner string) error {
 		_, err := h.delTimers(owner, "", false)
 		return err
 	})
@@ -134,34 +126,44 @@ type alarmChange struct {
 // alarmRun is the state of a run of due timers in progress.
 type alarmRun struct {
 	t         *turn
-	isAlarm   bool   // it runs the Alarm handler now
-	setDuring *int64 // SetAlarm called by the Alarm handler (A14)
+	isAlarm   bool          // it runs the Alarm handler now
+	setDuring *int64        // SetAlarm called by the Alarm handler (A14)
+	done      chan struct{} // closed when the run is over
 }
 
 // runTimers delivers the object's due timers (its alarm, its schedule entries, its facets' timers),
 // one after the other, each in segments of its own with its own retry state, so that a failing one
 // never delays the others. A run already under way (inside an Await) runs whatever is due when it
 // gets there: one run at a time (A9).
-func (o *object) runTimers(ctx context.Context) error {
-	if o.alarmBusy.Load() { // the run under way looks again when it ends
-		o.alarmAgain.Store(true)
-		return nil
-	}
-	return o.runTurn(ctx, true, func(t *turn) error {
-		if o.alarmRun != nil {
+// A fire from the scheduler leaves it to a run under way; TriggerAlarm (wait) waits for it, unless
+// it is the run that calls.
+func (o *object) runTimers(ctx context.Context, wait bool) error {
+	for {
+		if !wait && o.alarmBusy.Load() { // the run under way looks again when it ends
 			o.alarmAgain.Store(true)
 			return nil
 		}
-		return o.runDue(t)
-	})
+		var busy *alarmRun
+		err := o.runTurn(ctx, true, func(t *turn) error {
+			if busy = o.alarmRun; busy == nil {
+				return o.runDue(t)
+			}
+			o.alarmAgain.Store(true)
+			return nil
+		})
+		if busy == nil || err != nil || !wait || callerOf(ctx).chain(busy.t) {
+			return err
+		}
+		<-busy.done
+	}
 }
 
 // runDue is runTimers' turn.
 func (o *object) runDue(t *turn) error {
-	run := &alarmRun{t: t}
+	run := &alarmRun{t: t, done: make(chan struct{})}
 	o.alarmRun = run
 	o.alarmBusy.Store(true)
-	defer func() { o.alarmRun = nil }()
+	defer func() { o.alarmRun = nil; close(run.done) }()
 	var errs []error
 	seen := map[timerKey]bool{}
 	for {
@@ -217,12 +219,7 @@ func (o *object) deliver(t *turn, run *alarmRun, row timerRow) error {
 		if row.owner != "" {
 			err = o.deliverFacet(t, row, now, info)
 		} else {
-			hctx, cancel := context.WithTimeout(ctx, o.rt.opts.AlarmTimeout)
-			err = callHandler(hctx, o.ns, inst, row, info)
-			if err == nil && hctx.Err() != nil {
-				err = fmt.Errorf("core: timer run took %v, over the limit of %v", o.rt.now().Sub(now).Round(time.Millisecond), o.rt.opts.AlarmTimeout)
-			}
-			cancel()
+			err = o.timed(ctx, now, func(ctx context.Context) error { return callHandler(ctx, o.ns, inst, row, info) })
 		}
 		if err != nil {
 			return err
@@ -266,6 +263,16 @@ func (o *object) deliver(t *turn, run *alarmRun, row timerRow) error {
 		}})
 		return t.finishTimer(row, now, cur.running)
 	})
+}
+
+// timed runs fn with a timer run's wall-time limit (A10): a run that overstays fails.
+func (o *object) timed(ctx context.Context, start time.Time, fn func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, o.rt.opts.AlarmTimeout)
+	defer cancel()
+	if err := fn(ctx); err != nil || ctx.Err() == nil {
+		return err
+	}
+	return fmt.Errorf("core: timer run took %v, over the limit of %v", o.rt.now().Sub(start).Round(time.Millisecond), o.rt.opts.AlarmTimeout)
 }
 
 // finishTimer ends a timer's run: a one-shot timer is removed, a recurring one goes on with its

@@ -61,7 +61,7 @@ func RegisterFacet[T any](rt *Runtime, parent Kind, kind string, ctor func(conte
 	ns.kind, ns.parent = kind, p
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	if rt.closed {
+	if rt.isClosed.Load() {
 		return nil, ErrClosed
 	}
 	if _, dup := rt.facets[ns.name]; dup {
@@ -144,23 +144,17 @@ func (o *object) deliverFacet(t *turn, row timerRow, now time.Time, info AlarmIn
 		return err
 	}
 	return o.await(t, func(ctx context.Context) error {
-		hctx, cancel := context.WithTimeout(ctx, o.rt.opts.AlarmTimeout)
-		defer cancel()
-		for {
-			err := fo.run(hctx, func(ctx context.Context, inst any) error {
-				return callHandler(ctx, fo.ns, inst, row, info)
-			})
-			if err == errEvicted {
+		return o.timed(ctx, now, func(ctx context.Context) error {
+			for {
+				err := fo.run(ctx, func(ctx context.Context, inst any) error { return callHandler(ctx, fo.ns, inst, row, info) })
+				if err != errEvicted {
+					return err
+				}
 				if fo, err = o.facetObject(row.owner); err != nil {
 					return err
 				}
-				continue
 			}
-			if err == nil && hctx.Err() != nil {
-				err = fmt.Errorf("core: facet timer run took %v, over the limit of %v", o.rt.now().Sub(now).Round(time.Millisecond), o.rt.opts.AlarmTimeout)
-			}
-			return err
-		}
+		})
 	})
 }
 

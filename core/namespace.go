@@ -49,7 +49,7 @@ func Register[T any](rt *Runtime, name string, ctor func(context.Context, *State
 	ns := newNamespace(rt, name, ctor)
 	ns.dir = dir
 	rt.mu.Lock()
-	if rt.closed {
+	if rt.isClosed.Load() {
 		rt.mu.Unlock()
 		return nil, ErrClosed
 	}
@@ -261,7 +261,7 @@ func (s *Stub[T]) TriggerAlarm(ctx context.Context) (bool, error) {
 				return t.putTimer(r)
 			})
 			if err == nil && had {
-				err = o.runTimers(ctx)
+				err = o.runTimers(ctx, true)
 			}
 			return err
 		})

@@ -249,14 +249,11 @@ func (o *object) detach() chan struct{} {
 }
 
 // closeRemoved is the second half: the database is closed (a checkpoint).
-func (o *object) closeRemoved(ch chan struct{}) error {
+func (o *object) closeRemoved(ch chan struct{}) (err error) {
 	defer o.ns.closed(o.id, ch)
-	o.inst, o.built = nil, false
-	if o.store == nil {
-		return nil
+	if o.inst, o.built = nil, false; o.store != nil {
+		err, o.store = o.store.Close(), nil
 	}
-	err := o.store.Close()
-	o.store = nil
 	return err
 }
 

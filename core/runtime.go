@@ -123,30 +123,25 @@ type Runtime struct {
 	ownDir bool
 	log    *slog.Logger
 
-	mu         sync.RWMutex // protects closed and namespaces
-	closed     bool
+	mu         sync.RWMutex // protects namespaces and facets; taken to set isClosed
 	namespaces map[string]*namespace
 	facets     map[string]*namespace // facet kinds by full name ("ns.kind.kind")
+	shut       sync.Mutex            // serializes Shutdown; protects shutDone
+	shutDone   bool
+	calls      atomic.Int64  // calls, fires and background work in flight, waited for by Shutdown
+	drained    chan struct{} // signalled when calls drops to 0 after Shutdown began
 
-	shut     sync.Mutex // serializes Shutdown; protects shutDone
-	shutDone bool
-
-	calls   atomic.Int64  // calls, fires and background work in flight, waited for by Shutdown
-	drained chan struct{} // signalled when calls drops to 0 after Shutdown began
-
-	base   context.Context // turns, Await, alarm runs and deliveries derive from it
-	cancel context.CancelFunc
-	stop   chan struct{} // closed by Shutdown to stop the janitor
-	done   chan struct{} // closed when the janitor has returned
-	wake   chan struct{} // an object became resident: the janitor has work
-
+	base     context.Context // turns, Await, alarm runs and deliveries derive from it
+	cancel   context.CancelFunc
+	stop     chan struct{} // closed by Shutdown to stop the janitor
+	done     chan struct{} // closed when the janitor has returned
+	wake     chan struct{} // an object became resident: the janitor has work
 	isClosed atomic.Bool
 	stats    runtimeStats
-	clock    atomic.Int64 // coarse time.Now, unix ns, updated by the janitor
+	clock    atomic.Int64 // the coarse runtime clock, unix ns, updated by the janitor
 	uses     atomic.Int64 // a sequence stamped on objects as they go idle, for LRU
 	closing  sync.Map     // *object -> time.Time: evicted databases being closed
 	sched    *scheduler
-
 	template func() ([]byte, error) // an empty object database, built once
 	ws       wsHub                  // the WebSocket connections
 }
@@ -236,9 +231,7 @@ const CloseTimeout = 30 * time.Second
 // abandoned keeps its resources, and a later Shutdown or Close goes on from there.
 func (rt *Runtime) Shutdown(ctx context.Context) error {
 	rt.mu.Lock()
-	if !rt.closed {
-		rt.closed = true
-		rt.isClosed.Store(true)
+	if !rt.isClosed.Swap(true) {
 		close(rt.stop)
 		rt.cancel()
 	}

@@ -96,14 +96,10 @@ func (st *State) ScheduleCron(ctx context.Context, key, spec, kind string, paylo
 
 // CancelSchedule removes the timer key (a pending retry included), reporting whether there was one.
 func (st *State) CancelSchedule(ctx context.Context, key string) (ok bool, err error) {
-	t, err := st.o.inTurn(ctx)
-	if err != nil {
-		return false, err
-	}
 	if key == "" {
 		return false, fmt.Errorf("core: schedule: empty key")
 	}
-	err = t.timerTable(func(h *turn, owner string) error {
+	err = st.onTimers(ctx, func(h *turn, owner string) error {
 		ok, err = h.delTimers(owner, key, false)
 		return err
 	})
@@ -113,11 +109,7 @@ func (st *State) CancelSchedule(ctx context.Context, key string) (ok bool, err e
 // Schedules lists the object's schedule, soonest first. The alarm is not in it (see GetAlarm), nor
 // an entry while it runs, unless it is recurring: that one is listed at its next tick.
 func (st *State) Schedules(ctx context.Context) (out []Timer, err error) {
-	t, err := st.o.inTurn(ctx)
-	if err != nil {
-		return nil, err
-	}
-	err = t.timerTable(func(h *turn, owner string) error {
+	err = st.onTimers(ctx, func(h *turn, owner string) error {
 		out, err = h.listTimers(owner)
 		return err
 	})

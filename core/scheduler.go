@@ -281,7 +281,7 @@ func (s *scheduler) fire(ns, id, name string) {
 		return
 	}
 	s.mu.Unlock()
-	err := n.with(name, id, placement{}, func(o *object) error { return o.runTimers(rt.base) })
+	err := n.with(name, id, placement{}, func(o *object) error { return o.runTimers(rt.base, false) })
 	s.mu.Lock()
 	e := s.byKey[alarmKey{ns, id}]
 	if e != nil {

@@ -78,6 +78,15 @@ func (t *turn) timerTable(fn func(home *turn, owner string) error) error {
 	})
 }
 
+// onTimers is timerTable for the turn ctx marks, which must be one of st's object.
+func (st *State) onTimers(ctx context.Context, fn func(home *turn, owner string) error) error {
+	t, err := st.o.inTurn(ctx)
+	if err != nil {
+		return err
+	}
+	return t.timerTable(fn)
+}
+
 // putTimer writes a timer in the segment. It counts as a row written (A11).
 func (t *turn) putTimer(r timerRow) error {
 	s, err := t.write()

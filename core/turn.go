@@ -36,11 +36,24 @@ type turn struct {
 	waiting  atomic.Pointer[object] // the gate this turn is queued for
 }
 
-// parent is the turn whose context made t's call: it waits in Await meanwhile.
-func (t *turn) parent() *turn {
-	p, _ := t.Context.Value(callerKey{}).(*turn)
-	return p
+// callerOf is the turn that makes a call with ctx, if any.
+func callerOf(ctx context.Context) *turn {
+	t, _ := ctx.Value(callerKey{}).(*turn)
+	return t
 }
+
+// chain reports whether u is t or one of the turns t is run for.
+func (t *turn) chain(u *turn) bool {
+	for a := t; a != nil; a = a.parent() {
+		if a == u {
+			return true
+		}
+	}
+	return false
+}
+
+// parent is the turn whose context made t's call: it waits in Await meanwhile.
+func (t *turn) parent() *turn { return callerOf(t.Context) }
 
 // segment is what a turn's segment holds, used by the gate holder (and effects, under the turn's
 // mu, by Send).
@@ -456,19 +469,24 @@ func (o *object) commit() error {
 	}
 	o.batch = nil
 	if err != nil {
-		b.err = o.poison(err)
-	} else {
-		if b.dirty {
-			o.rt.stats.commits.Add(1)
-		}
-		if b.timers {
-			o.rt.sched.committed(o.ns.name, o.id, o.name, next)
-		}
+		return b.finish(o.poison(err))
 	}
+	if b.dirty {
+		o.rt.stats.commits.Add(1)
+	}
+	if b.timers {
+		o.rt.sched.committed(o.ns.name, o.id, o.name, next)
+	}
+	return b.finish(nil)
+}
+
+// finish ends the batch: its output leaves (or, with err, is dropped) and its turns go on.
+func (b *batch) finish(err error) error {
+	b.err = err
 	release(b.effects, err == nil)
 	b.effects = nil
 	close(b.done)
-	return b.err
+	return err
 }
 
 // poison handles a failure of the runtime's own transaction statements: the connection's state is
@@ -478,10 +496,7 @@ func (o *object) poison(cause error) error {
 	err := fmt.Errorf("%w: %v", ErrCommitFailed, cause)
 	if b := o.batch; b != nil {
 		o.batch = nil
-		b.err = err
-		release(b.effects, false)
-		b.effects = nil
-		close(b.done)
+		b.finish(err)
 	}
 	if o.store != nil {
 		o.store.Close()
@@ -547,14 +562,7 @@ func (c awaitCtx) Value(key any) any {
 // not its own cannot be seen through contexts; it is found on the goroutine's stack instead (only
 // when t would wait).
 func (o *object) checkDeadlock(t *turn) error {
-	mine := func(h *turn) bool {
-		for a := t; a != nil; a = a.parent() {
-			if a == h {
-				return true
-			}
-		}
-		return false
-	}
+	mine := t.chain
 	h := o.holder.Load()
 	for range 64 {
 		if h == nil {
