@@ -251,7 +251,7 @@ func (o *object) deliver(t *turn, run *alarmRun, row timerRow) error {
 		dl := DeadLetter{
 			Namespace: o.ns.name, Name: o.name, ObjectID: o.id, Path: row.owner, Key: row.key, Kind: row.kind, Payload: row.payload,
 			Scheduled: time.Unix(0, row.first), Attempts: row.retry + 1,
-			LastError: remoteCause(herr).Error(), Dropped: now,
+			LastError: herr.Error(), Dropped: now,
 		}
 		if dl.Seq, err = o.rt.sched.ix.AddLetter(alarmindex.Letter(dl)); err != nil {
 			return err
@@ -292,13 +292,4 @@ func (t *turn) finishTimer(row timerRow, now time.Time, marked bool) error {
 		return err
 	}
 	return t.putTimer(row.with(next.UnixNano()))
-}
-
-// remoteCause unwraps the runtime's wrapping of a user error.
-func remoteCause(err error) error {
-	var re *RemoteError
-	if errors.As(err, &re) {
-		return re.Err
-	}
-	return err
 }

@@ -146,7 +146,7 @@ func (s *Stub[T]) call(ctx context.Context, fn func(context.Context, any) error)
 	defer rt.leave()
 	for {
 		o := s.obj.Load()
-		if o == nil || o.isEvicted() {
+		if o == nil || o.gone.Load() {
 			o = s.ns.object(s.name, s.id, s.place)
 			s.obj.Store(o)
 		}

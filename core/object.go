@@ -88,8 +88,6 @@ func newObject(ns *namespace, name, id string, place placement) *object {
 	return o
 }
 
-func (o *object) isEvicted() bool { return o.gone.Load() }
-
 // acquire takes the gate for t, queueing in FIFO order if it is held. A reentry (a turn coming back
 // from Await) is never refused and does not watch ctx: the turn's code must not go on without the
 // gate.

@@ -416,19 +416,22 @@ func (rt *Runtime) shed() {
 	if over <= 0 {
 		return
 	}
-	var cands []*object
-	uses := map[*object]int64{}
+	type cand struct {
+		o   *object
+		use int64
+	}
+	var cands []cand
 	for _, ns := range rt.snapshotNamespaces() {
 		for _, o := range ns.snapshot() {
 			if _, use := o.idleSince(time.Time{}); use >= 0 && o.hasStore.Load() {
-				cands, uses[o] = append(cands, o), use
+				cands = append(cands, cand{o, use})
 			}
 		}
 	}
-	slices.SortFunc(cands, func(a, b *object) int { return cmp.Compare(uses[a], uses[b]) })
-	for _, o := range cands {
-		if over > 0 && o.tryEvict() {
-			o.evict()
+	slices.SortFunc(cands, func(a, b cand) int { return cmp.Compare(a.use, b.use) })
+	for _, c := range cands {
+		if over > 0 && c.o.tryEvict() {
+			c.o.evict()
 			over--
 		}
 	}

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/durable-go/durable/core/internal/wsconn"
 )
@@ -109,7 +109,12 @@ func (t *turn) Value(key any) any {
 // Done is the caller's Done, ended also by Runtime.Shutdown (the tie to the runtime's base context
 // is made when the code first asks).
 func (t *turn) Done() <-chan struct{} { return t.merged().Done() }
-func (t *turn) Err() error            { return t.merged().Err() }
+func (t *turn) Err() error { // polling Err does not tie
+	if t.tied.Load() {
+		return t.done.Err()
+	}
+	return cmp.Or(t.Context.Err(), t.o.rt.base.Err())
+}
 
 func (t *turn) merged() context.Context {
 	s := t.seg()
@@ -533,7 +538,7 @@ func (o *object) await(t *turn, fn func(context.Context) error) error {
 	if cerr != nil {
 		return cerr
 	}
-	actx, cancel := context.WithCancel(awaitCtx{t})
+	actx, cancel := context.WithCancel(awaitCtx{t.Context, t})
 	defer cancel()
 	defer context.AfterFunc(o.rt.base, cancel)()
 	return fn(actx)
@@ -541,11 +546,11 @@ func (o *object) await(t *turn, fn func(context.Context) error) error {
 
 // awaitCtx is the context of an Await's fn: the turn's deadline, values and cancellation, but not
 // the turn itself.
-type awaitCtx struct{ t *turn }
+type awaitCtx struct {
+	context.Context // the turn's caller's
+	t               *turn
+}
 
-func (c awaitCtx) Deadline() (time.Time, bool) { return c.t.Context.Deadline() }
-func (c awaitCtx) Done() <-chan struct{}       { return c.t.Context.Done() }
-func (c awaitCtx) Err() error                  { return c.t.Context.Err() }
 func (c awaitCtx) Value(key any) any {
 	switch key {
 	case turnKey{}:
