@@ -1,6 +1,7 @@
 package core
 
 import (
+	"database/sql"
 	"errors"
 	"fmt"
 )
@@ -27,6 +28,28 @@ var (
 	ErrSQLNotAllowed = errors.New("core: sql statement not allowed")
 	// ErrNoRows is returned by Row.Scan when the query selected no row.
 	ErrNoRows = errors.New("core: no rows in result set")
+	// ErrNoResults is returned by the Row.Scan of Storage.One when the query returned no row. It also
+	// matches ErrNoRows and database/sql's sql.ErrNoRows.
+	ErrNoResults error = &alsoErr{"core: exactly one row expected: no results", []error{ErrNoRows, sql.ErrNoRows}}
+	// ErrMultipleResults is returned by the Row.Scan of Storage.One when the query returned more
+	// than one row.
+	ErrMultipleResults = errors.New("core: exactly one row expected: multiple results")
+	// ErrNoStatement is returned by Exec and Query for a query that holds no statement: empty, or
+	// only white space, comments and semicolons.
+	ErrNoStatement = errors.New("core: sql: the query holds no statement")
+	// ErrArgCount is returned by Exec and Query when the arguments given are more or fewer than the
+	// statement's parameters; none is ever ignored.
+	ErrArgCount = errors.New("core: sql: wrong number of arguments")
+	// ErrInvalidArgument is returned for a value a method does not accept: an alarm time at or
+	// before the Unix epoch, list options that contradict each other, a batch of too many keys.
+	ErrInvalidArgument = errors.New("core: invalid argument")
+	// ErrObjectReset is returned by State.BlockConcurrencyWhile whose function failed or ran over
+	// BlockConcurrencyTimeout, and fails the turn it ran in: the object was reset (its instance is
+	// dropped, and the constructor runs again for the next call).
+	ErrObjectReset = errors.New("core: object reset: BlockConcurrencyWhile failed")
+	// ErrSchemaTooNew is returned by Storage.Migrate when the object's stored schema version is
+	// newer than the steps the code knows: the data was written by a later version of the code.
+	ErrSchemaTooNew = errors.New("core: stored schema is newer than the code's migrations")
 	// ErrDeadlock is returned at once by a call, TriggerAlarm or other operation that would wait
 	// for a gate held by a turn waiting, directly or through other objects, for the caller.
 	ErrDeadlock = errors.New("core: deadlock: the object's gate is held by a turn waiting for this caller")
@@ -44,6 +67,15 @@ var (
 	// upgrade or its Origin is not allowed; the HTTP error response has been written to w.
 	ErrBadHandshake = errors.New("core: websocket handshake failed")
 )
+
+// alsoErr is a sentinel that also matches other sentinels.
+type alsoErr struct {
+	msg  string
+	also []error
+}
+
+func (e *alsoErr) Error() string   { return e.msg }
+func (e *alsoErr) Unwrap() []error { return e.also }
 
 // Error describes a failed operation on one object. Every error from Call and from the runtime's
 // operations on an object is an *Error, so the object is always named; Unwrap gives the cause.

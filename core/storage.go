@@ -99,10 +99,29 @@ func short(q string) string {
 	return q
 }
 
-// Exec runs statements that return no rows; query may hold several, separated by semicolons.
+// checkArgs refuses a query that holds no statement, or that is given more or fewer arguments than
+// it has parameters (SEMANTICS W6).
+func checkArgs(query string, args []any) error {
+	n, empty := sqlstore.Params(query)
+	if empty {
+		return fmt.Errorf("%w (in %q)", ErrNoStatement, short(query))
+	}
+	if len(args) != n {
+		return fmt.Errorf("%w: %d given, the statement has %d parameters (in %q)", ErrArgCount, len(args), n, short(query))
+	}
+	return nil
+}
+
+// Exec runs statements that return no rows; query may hold several, separated by semicolons, all
+// bound from args (each ? of each statement takes the next argument of that statement's own count:
+// ?1 of every statement is args[0]). An empty query, or as many arguments as parameters not given,
+// is an error.
 func (s *Storage) Exec(ctx context.Context, query string, args ...any) (Result, error) {
 	st, err := s.writer(ctx)
 	if err != nil {
+		return Result{}, err
+	}
+	if err := checkArgs(query, args); err != nil {
 		return Result{}, err
 	}
 	stmt, err := st.Stmt(query)
@@ -135,6 +154,9 @@ func (s *Storage) Query(ctx context.Context, query string, args ...any) (*Rows, 
 	default:
 		s.o.batch.dirty = true // INSERT ... RETURNING and the like
 	}
+	if err := checkArgs(query, args); err != nil {
+		return nil, err
+	}
 	stmt, err := st.Stmt(query)
 	if err != nil {
 		return nil, s.sqlErr(st, query, err)
@@ -148,10 +170,35 @@ func (s *Storage) Query(ctx context.Context, query string, args ...any) (*Rows, 
 	return r, nil
 }
 
-// QueryRow runs a statement expected to return at most one row. Errors are deferred to Row.Scan.
+// QueryRow runs a statement expected to return at most one row, as database/sql's QueryRow: Scan
+// reads the first row and ignores any others. Errors are deferred to Row.Scan.
 func (s *Storage) QueryRow(ctx context.Context, query string, args ...any) *Row {
 	rows, err := s.Query(ctx, query, args...)
-	return &Row{rows: rows, err: err}
+	return &Row{rows: rows, err: err, query: query}
+}
+
+// One runs a statement that must return exactly one row (the original's .one(), SEMANTICS W7):
+// Row.Scan fails with ErrNoResults if it returned none and with ErrMultipleResults if it returned
+// more than one.
+func (s *Storage) One(ctx context.Context, query string, args ...any) *Row {
+	rows, err := s.Query(ctx, query, args...)
+	return &Row{rows: rows, err: err, query: query, one: true}
+}
+
+// Size returns the size in bytes of the object's database as the turn sees it, the runtime's own
+// tables (KV pairs, timers) included: the original's databaseSize.
+func (s *Storage) Size(ctx context.Context) (int64, error) {
+	_, st, err := s.in(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	err = st.QueryOwn("SELECT c.page_count * s.page_size FROM pragma_page_count() AS c, pragma_page_size() AS s", nil,
+		func(r *sql.Rows) error { return r.Scan(&n) })
+	if err != nil {
+		return 0, fmt.Errorf("core: database size: %w", err)
+	}
+	return n, nil
 }
 
 // Transaction runs fn as a nested transaction inside the turn: its writes are kept if fn returns
@@ -289,13 +336,16 @@ func (r *Rows) Err() error { return r.rows.Err() }
 // Close closes the rows. Rows still open when their segment ends are closed then.
 func (r *Rows) Close() error { return r.rows.Close() }
 
-// Row is the result of QueryRow.
+// Row is the result of QueryRow and One.
 type Row struct {
-	rows *Rows
-	err  error
+	rows  *Rows
+	err   error
+	query string
+	one   bool // from One: exactly one row
 }
 
-// Scan copies the row's columns into dest. It returns ErrNoRows if there was no row.
+// Scan copies the row's columns into dest. It returns ErrNoRows if there was no row (ErrNoResults
+// from One, which also matches ErrNoRows), and, from One, ErrMultipleResults if there were more.
 func (r *Row) Scan(dest ...any) error {
 	if r.err != nil {
 		return r.err
@@ -305,10 +355,21 @@ func (r *Row) Scan(dest ...any) error {
 		if err := r.rows.Err(); err != nil {
 			return err
 		}
+		if r.one {
+			return fmt.Errorf("%w (in %q)", ErrNoResults, short(r.query))
+		}
 		return ErrNoRows
 	}
 	if err := r.rows.Scan(dest...); err != nil {
 		return err
+	}
+	if r.one {
+		if r.rows.Next() {
+			return fmt.Errorf("%w (in %q)", ErrMultipleResults, short(r.query))
+		}
+		if err := r.rows.Err(); err != nil {
+			return err
+		}
 	}
 	return r.rows.Close()
 }

@@ -109,7 +109,7 @@ func (e *env) stored(t *testing.T, s *core.Stub[*Session]) int {
 			}
 			total += c
 		}
-		kv, err := db.List(ctx, "", 0)
+		kv, err := db.List(ctx, core.ListOptions{})
 		return total + len(kv), err
 	})
 	if err != nil {
