@@ -69,16 +69,18 @@ func (p RetryPolicy) delay(n int) time.Duration {
 var maxAlarmTime = time.Unix(0, math.MaxInt64).Add(-365 * 24 * time.Hour)
 
 // SetAlarm sets the object's one alarm to t, replacing any alarm pending (SEMANTICS A1). A time in
-// the past fires at once. It is part of the turn: it takes effect when the turn commits, and it
-// counts as one row written. The object must implement Alarmer.
+// the past fires at once; a time at or before the Unix epoch (UnixMilli <= 0: the zero Time, say)
+// is refused with ErrInvalidArgument, as the original refuses it (W5). It is part of the turn: it
+// takes effect when the turn commits, and it counts as one row written. The object must implement
+// Alarmer. The time keeps its full precision (the original drops fractions of a millisecond).
 func (st *State) SetAlarm(ctx context.Context, t time.Time) error {
 	o := st.o
 	tu, err := o.inTurn(ctx)
 	switch {
 	case err != nil:
 		return err
-	case t.IsZero():
-		return errors.New("core: SetAlarm: zero time")
+	case t.UnixMilli() <= 0:
+		return fmt.Errorf("%w: SetAlarm cannot be called with a time at or before the Unix epoch (%v, %d ms)", ErrInvalidArgument, t, t.UnixMilli())
 	case t.After(maxAlarmTime):
 		return fmt.Errorf("core: SetAlarm: %v is too far in the future", t)
 	case !o.ns.alarms:
@@ -97,12 +99,14 @@ func (st *State) SetAlarm(ctx context.Context, t time.Time) error {
 }
 
 // GetAlarm returns the pending alarm's time, and false if none is set. While Alarm runs, the alarm
-// being run is no longer pending (A13).
+// being run is no longer pending (A13). While retries of a failed run are pending it returns the
+// time the alarm was set for, not the next retry's, as the original does (W1); the retry's own time
+// is the runtime's.
 func (st *State) GetAlarm(ctx context.Context) (at time.Time, ok bool, err error) {
 	err = st.onTimers(ctx, func(h *turn, owner string) error {
 		r, found, err := h.getTimer(owner, "")
 		if found && !r.running {
-			at, ok = time.Unix(0, r.at), true
+			at, ok = time.Unix(0, r.first), true
 		}
 		return err
 	})

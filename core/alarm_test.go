@@ -444,7 +444,7 @@ func TestAlarm_ConstructorChecksFirst(t *testing.T) {
 	})
 }
 
-// Bad input: a zero time is refused; a time far in the past fires at once;
+// Bad input: a time at or before the epoch is refused; one in the past fires at once;
 // one far in the future waits; a panicking handler is a failure and is
 // retried; DeleteAlarm cancels a pending retry; an object without an Alarm
 // method cannot arm.
@@ -462,10 +462,16 @@ func TestAlarm_BadInput(t *testing.T) {
 			}
 			return nil
 		}, nil)
-		err := core.Do(context.Background(), mustGet(t, c.ns, "zero"), func(ctx context.Context, cl *clock) error { return cl.st.SetAlarm(ctx, time.Time{}) })
-		require.ErrorContains(t, err, "zero time")
+		// S-W5: a time at or before the Unix epoch is refused, and nothing is armed.
+		for _, at := range []time.Time{time.Time{}, time.UnixMilli(0), time.UnixMilli(-1), time.Unix(0, 999_999)} {
+			err := core.Do(context.Background(), mustGet(t, c.ns, "zero"), func(ctx context.Context, cl *clock) error { return cl.st.SetAlarm(ctx, at) })
+			require.ErrorIs(t, err, core.ErrInvalidArgument, "%v", at)
+			require.ErrorContains(t, err, "at or before the Unix epoch")
+			_, ok := c.alarm(t, "zero")
+			require.False(t, ok)
+		}
 		t0 := time.Now()
-		c.do(t, "past", func(ctx context.Context, cl *clock) error { return cl.st.SetAlarm(ctx, t0.Add(-100*365*24*time.Hour)) })
+		c.do(t, "past", func(ctx context.Context, cl *clock) error { return cl.st.SetAlarm(ctx, time.UnixMilli(1)) })
 		c.do(t, "future", func(ctx context.Context, cl *clock) error { return cl.st.SetAlarm(ctx, t0.Add(200*365*24*time.Hour)) })
 		c.do(t, "panicky", func(ctx context.Context, cl *clock) error { return cl.st.SetAlarm(ctx, t0) })
 		c.do(t, "cancelled", func(ctx context.Context, cl *clock) error { return cl.st.SetAlarm(ctx, t0) })
@@ -479,7 +485,7 @@ func TestAlarm_BadInput(t *testing.T) {
 		for _, e := range c.log.of("alarm") {
 			count[e.obj]++
 			if e.obj == "past" {
-				require.Equal(t, t0, e.at, "a past time fires at once")
+				require.Equal(t, t0, e.at, "a past time (1 ms after the epoch) fires at once")
 			}
 		}
 		require.Equal(t, map[string]int{"past": 1, "panicky": 2, "cancelled": 1}, count)
@@ -596,5 +602,129 @@ func TestAlarm_SetByAnotherTurnDuringAwait(t *testing.T) {
 		require.True(t, ok)
 		require.Equal(t, t0.Add(time.Hour), at, "the other turn's alarm stands")
 		require.Len(t, c.log.of("alarm"), 1, "no retry of the failed run")
+	})
+}
+
+// S-W1: while retries of a failed alarm are pending, GetAlarm from a call
+// returns the time the alarm was set for, throughout; inside the handler
+// it is none in every attempt; after the 7th failed attempt it is none.
+func TestAlarm_GetAlarmDuringRetriesIsTheTimeSet(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := openClocks(t, core.Options{}, func(context.Context, *clock, core.AlarmInfo) error { return errors.New("down") }, nil)
+		t0 := time.Now()
+		set := t0.Add(time.Second)
+		c.do(t, "o", func(ctx context.Context, cl *clock) error { return cl.st.SetAlarm(ctx, set) })
+		for _, look := range []time.Duration{2, 5, 10, 20, 40, 80, 120} {
+			time.Sleep(time.Until(t0.Add(look * time.Second)))
+			synctest.Wait()
+			runs := len(c.log.of("alarm"))
+			require.Less(t, runs, 7, "at t+%v", look)
+			at, ok := c.alarm(t, "o")
+			require.True(t, ok, "at t+%v, after %d runs", look, runs)
+			require.True(t, at.Equal(set), "at t+%v: GetAlarm %v, want the time set %v", look, at, set)
+		}
+		time.Sleep(10 * time.Minute)
+		synctest.Wait()
+		fires := c.log.of("alarm")
+		require.Len(t, fires, 7)
+		for _, f := range fires {
+			require.Equal(t, "pending=false", f.note, "none inside the handler (retry %d)", f.info.RetryCount)
+			require.True(t, f.info.Scheduled.Equal(set))
+		}
+		_, ok := c.alarm(t, "o")
+		require.False(t, ok, "none after the 7th failed attempt")
+	})
+}
+
+// S-W3: a handler that sets a new alarm and then fails is not retried: the
+// new alarm runs at its time as a first attempt. Set-then-fail on every
+// run runs at each new time for ever, never retried; set-then-return runs
+// once more at its time.
+func TestAlarm_SetThenFail(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := openClocks(t, noJitter, func(ctx context.Context, cl *clock, info core.AlarmInfo) error {
+			switch cl.st.Name() {
+			case "always":
+				if err := cl.st.SetAlarm(ctx, cl.st.Now().Add(time.Minute)); err != nil {
+					return err
+				}
+				return errors.New("failed after setting")
+			case "returns":
+				if len(cl.log.of("alarm")) == 1 {
+					return cl.st.SetAlarm(ctx, cl.st.Now().Add(time.Minute))
+				}
+			}
+			return nil
+		}, nil)
+		t0 := time.Now()
+		c.do(t, "always", func(ctx context.Context, cl *clock) error { return cl.st.SetAlarm(ctx, t0) })
+		time.Sleep(10*time.Minute + time.Second)
+		synctest.Wait()
+		fires := c.log.of("alarm")
+		require.Len(t, fires, 11, "one run a minute, no retries in between")
+		for i, f := range fires {
+			require.Equal(t, t0.Add(time.Duration(i)*time.Minute), f.at)
+			require.Equal(t, 0, f.info.RetryCount, "run %d is a first attempt", i)
+		}
+		at, ok := c.alarm(t, "always")
+		require.True(t, ok)
+		require.Equal(t, t0.Add(11*time.Minute), at)
+
+		c.log.mu.Lock()
+		c.log.events = nil
+		c.log.mu.Unlock()
+		t1 := time.Now()
+		c.do(t, "returns", func(ctx context.Context, cl *clock) error { return cl.st.SetAlarm(ctx, t1) })
+		time.Sleep(5 * time.Minute)
+		synctest.Wait()
+		var runs []time.Time
+		for _, f := range c.log.of("alarm") {
+			if f.obj == "returns" {
+				runs = append(runs, f.at)
+			}
+		}
+		require.Equal(t, []time.Time{t1, t1.Add(time.Minute)}, runs)
+	})
+}
+
+// S-W4: a failing run's writes are rolled back here (the original keeps
+// them): a deliberate difference. The recipe that keeps an attempt log
+// anyway writes the entry and commits it with an Await before the work
+// that may fail: only what follows the Await is rolled back.
+func TestAlarm_AttemptLogRecipe(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := openClocks(t, noJitter, func(ctx context.Context, cl *clock, info core.AlarmInfo) error {
+			s := cl.st.Storage()
+			if _, err := s.Exec(ctx, "INSERT INTO attempts(retry) VALUES (?)", info.RetryCount); err != nil {
+				return err
+			}
+			if cl.st.Name() == "logged" { // the recipe: commit the entry, then work
+				if err := cl.st.Await(ctx, func(context.Context) error { return nil }); err != nil {
+					return err
+				}
+			}
+			if _, err := s.Exec(ctx, "INSERT INTO work(v) VALUES (1)"); err != nil {
+				return err
+			}
+			return errors.New("downstream is down")
+		}, func(ctx context.Context, cl *clock) error {
+			_, err := cl.st.Storage().Exec(ctx, "CREATE TABLE IF NOT EXISTS attempts(retry INTEGER); CREATE TABLE IF NOT EXISTS work(v INTEGER)")
+			return err
+		})
+		for _, name := range []string{"logged", "plain"} {
+			c.do(t, name, func(ctx context.Context, cl *clock) error { return cl.st.SetAlarm(ctx, cl.st.Now()) })
+		}
+		time.Sleep(10 * time.Minute)
+		synctest.Wait()
+		count := func(name, table string) (n int) {
+			c.do(t, name, func(ctx context.Context, cl *clock) error {
+				return cl.st.Storage().One(ctx, "SELECT count(*) FROM "+table).Scan(&n)
+			})
+			return n
+		}
+		require.Equal(t, 7, count("logged", "attempts"), "one entry per failed attempt, kept")
+		require.Equal(t, 0, count("logged", "work"), "the failing work rolled back")
+		require.Equal(t, 0, count("plain", "attempts"), "without the Await the entry rolls back with the run")
+		require.Equal(t, 0, count("plain", "work"))
 	})
 }
