@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"maps"
@@ -85,6 +86,22 @@ func (n *Namespace[T]) Get(name string) (*Stub[T], error) {
 	}
 	id := objectID(n.ns.name, name)
 	return &Stub[T]{ns: n.ns, name: name, id: id, place: topPlace(n.ns, name, id)}, nil
+}
+
+// NewUniqueID returns a new random object name, for an object nobody can address without being
+// given its name: one per session, per upload, per game (the original's newUniqueId). It holds at
+// least 128 random bits from crypto/rand (crypto/rand.Text: 26 characters of base32, A-Z and 2-7),
+// so it cannot be guessed, and two calls never return the same name in practice. Get(name) addresses the object,
+// now and after any restart; keep the name where the object's users will find it.
+func (n *Namespace[T]) NewUniqueID() string { return rand.Text() }
+
+// NewUnique returns a stub for a new object with a NewUniqueID name.
+func (n *Namespace[T]) NewUnique() *Stub[T] {
+	s, err := n.Get(n.NewUniqueID())
+	if err != nil { // a base32 text is always a valid name
+		panic(err)
+	}
+	return s
 }
 
 // A Stub addresses one object. It is cheap, safe for concurrent use, and may be kept for as long as

@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -10,6 +11,8 @@ import (
 type State struct {
 	o       *object
 	storage Storage
+	block   context.Context // inside BlockConcurrencyWhile: its context (touched by the gate holder)
+	reset   bool            // a BlockConcurrencyWhile failed: the turn fails and the instance goes
 }
 
 // Name returns the object's name (available in every turn, alarms included). For a facet it is the
@@ -56,4 +59,46 @@ func (st *State) Sleep(ctx context.Context, d time.Duration) error {
 			return ctx.Err()
 		}
 	})
+}
+
+// BlockConcurrencyTimeout is how long State.BlockConcurrencyWhile's function may run, as in the
+// original.
+const BlockConcurrencyTimeout = 30 * time.Second
+
+// BlockConcurrencyWhile runs fn with the input gate kept closed for all of it, even across waits
+// that would open it: State.Await and State.Sleep inside fn wait with the gate closed (and commit
+// nothing), and so do calls to other objects made with fn's context. No other call, alarm or
+// WebSocket event of the object runs until fn returns; they queue. This is the original's
+// blockConcurrencyWhile, for initialisation that needs a network call: call it in the constructor.
+// ctx must be the turn's context; fn's context marks the turn too (storage works with it) and ends
+// after BlockConcurrencyTimeout.
+//
+// If fn returns an error, panics or is still running at the timeout, the object is reset, as in
+// the original: the turn fails (its writes since its last Await are rolled back, even if its code
+// goes on and returns nil), the instance is dropped, and the next call runs the constructor again.
+// BlockConcurrencyWhile then returns an error matching ErrObjectReset and fn's error (or
+// context.DeadlineExceeded). A call back into the object from fn fails at once with ErrDeadlock.
+func (st *State) BlockConcurrencyWhile(ctx context.Context, fn func(ctx context.Context) error) (err error) {
+	if _, err := st.o.inTurn(ctx); err != nil {
+		return err
+	}
+	bctx, cancel := context.WithTimeout(ctx, BlockConcurrencyTimeout)
+	defer cancel()
+	outer := st.block
+	st.block = bctx
+	defer func() {
+		st.block = outer
+		if p := recover(); p != nil {
+			st.reset = true
+			panic(p)
+		}
+		if err == nil && bctx.Err() != nil && ctx.Err() == nil {
+			err = fmt.Errorf("ran over the limit of %v: %w", BlockConcurrencyTimeout, context.DeadlineExceeded)
+		}
+		if err != nil {
+			st.reset = true
+			err = fmt.Errorf("%w: %w", ErrObjectReset, err)
+		}
+	}()
+	return fn(bctx)
 }

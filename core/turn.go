@@ -304,6 +304,13 @@ func (o *object) invoke(t *turn, fn func(context.Context, any) error) (err error
 			}
 			o.inst, o.built = nil, false
 		}
+		if o.state.reset { // a BlockConcurrencyWhile failed: the turn fails, the instance goes
+			o.state.reset = false
+			o.inst, o.built = nil, false
+			if err == nil {
+				err = &RemoteError{Err: ErrObjectReset}
+			}
+		}
 		if serr := t.endSegment(err != nil); serr != nil && err == nil {
 			err = serr
 		}
@@ -517,6 +524,9 @@ func (o *object) poison(cause error) error {
 // fn runs, and the turn re-enters at the back of the queue when fn returns. fn's context does not
 // mark the turn: the turn's storage and output are not reachable from it.
 func (o *object) await(t *turn, fn func(context.Context) error) error {
+	if b := o.state.block; b != nil { // inside BlockConcurrencyWhile: the gate stays closed
+		return fn(awaitCtx{b, t})
+	}
 	if err := t.endSegment(false); err != nil {
 		return err
 	}
