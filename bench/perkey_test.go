@@ -37,6 +37,8 @@ func openEcho(b *testing.B) (*core.Runtime, *core.Stub[*echo]) {
 }
 
 // BenchmarkForward measures the turn itself: the call returns a constant.
+// S-W14: the original forwards 1,784 / 5,611 / 6,589 req/s at 1 / 16 / 64
+// connections (over HTTP; these are in-process calls).
 func BenchmarkForward(b *testing.B) {
 	for _, callers := range callerCounts {
 		b.Run("callers="+strconv.Itoa(callers), func(b *testing.B) {
@@ -100,6 +102,7 @@ var orderJSON = func() []byte {
 	return data
 }()
 
+// S-W14: the original's 1 KB JSON processing: 1,687 / 4,006 / 5,527 req/s.
 // BenchmarkProcess measures CPU-bound turns: the call parses a 1 KB JSON
 // document and serializes it again. One object runs one turn at a time,
 // so more callers cannot use more cores.
@@ -125,6 +128,7 @@ func BenchmarkProcess(b *testing.B) {
 	}
 }
 
+// S-W14: the original's one INSERT per request: 983 / 2,166 / 2,555 req/s.
 // BenchmarkWrite measures durable writes to one object: each call inserts
 // one row and returns once it is committed. Turns queued behind a running
 // one share its commit, so commits/op falls as callers rise.

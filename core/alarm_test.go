@@ -214,7 +214,8 @@ func TestAlarm_RetryLadderThenDeadLetter(t *testing.T) {
 	})
 }
 
-// S-A5 with the default policy: every delay is lengthened by 0-25%.
+// S-A5, S-W2 with the default policy: 7 attempts, and each of the gaps of
+// 2, 4, 8, 16, 32 and 64 s is lengthened by 0-25%.
 func TestAlarm_RetryJitter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := openClocks(t, core.Options{}, func(context.Context, *clock, core.AlarmInfo) error { return errors.New("no") }, nil)
@@ -273,15 +274,39 @@ func TestAlarm_Debounce(t *testing.T) {
 	})
 }
 
-// S-A6: DeleteAll deletes the pending alarm; DeleteAllKeepAlarm keeps it.
+// S-A6, S-W9: DeleteAll deletes the pending alarm; DeleteAllKeepAlarm keeps
+// it. Both drop every SQL table (a later SELECT fails with "no such
+// table"), view and index, and the KV pairs.
 func TestAlarm_DeleteAll(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := openClocks(t, core.Options{}, nil, nil)
 		for _, name := range []string{"gone", "kept"} {
-			c.do(t, name, func(ctx context.Context, cl *clock) error { return cl.st.SetAlarm(ctx, cl.st.Now().Add(time.Minute)) })
+			c.do(t, name, func(ctx context.Context, cl *clock) error {
+				s := cl.st.Storage()
+				if _, err := s.Exec(ctx, `CREATE TABLE a(x); CREATE TABLE b(y); CREATE INDEX bi ON b(y);
+CREATE VIEW v AS SELECT x FROM a; INSERT INTO a VALUES (1)`); err != nil {
+					return err
+				}
+				return errors.Join(s.Put(ctx, "k", []byte("v")), cl.st.SetAlarm(ctx, cl.st.Now().Add(time.Minute)))
+			})
 		}
 		c.do(t, "gone", func(ctx context.Context, cl *clock) error { return cl.st.Storage().DeleteAll(ctx) })
 		c.do(t, "kept", func(ctx context.Context, cl *clock) error { return cl.st.Storage().DeleteAllKeepAlarm(ctx) })
+		for _, name := range []string{"gone", "kept"} {
+			c.do(t, name, func(ctx context.Context, cl *clock) error {
+				s := cl.st.Storage()
+				for _, tab := range []string{"a", "b", "v"} {
+					_, err := s.Query(ctx, "SELECT * FROM "+tab)
+					require.ErrorContains(t, err, "no such table: "+tab, name)
+				}
+				var n int
+				require.NoError(t, s.One(ctx, "SELECT count(*) FROM sqlite_schema WHERE name NOT LIKE '\\_durable\\_%' ESCAPE '\\'").Scan(&n))
+				require.Zero(t, n, "%s: nothing of the user's is left in the schema", name)
+				es, err := s.List(ctx, core.ListOptions{})
+				require.Empty(t, es, name)
+				return err
+			})
+		}
 		_, ok := c.alarm(t, "gone")
 		require.False(t, ok)
 		_, ok = c.alarm(t, "kept")

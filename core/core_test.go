@@ -91,8 +91,8 @@ func stockOf(t testing.TB, s *core.Stub[*item]) int {
 	return n
 }
 
-// S-C1: 50 concurrent reserves of 1 on stock 50 with no await between read
-// and write: 50 successes, stock 0, every time.
+// S-C1, S-W13: 50 concurrent reserves of 1 on stock 50 with no await
+// between read and write: 50 successes, stock 0, every time (0 lost).
 func TestReserve_NoAwaitIsExact(t *testing.T) {
 	rt := openRT(t, core.Options{})
 	ns := register(t, rt)
@@ -119,8 +119,8 @@ func TestReserve_NoAwaitIsExact(t *testing.T) {
 	}
 }
 
-// S-C2: the same with a non-storage await between read and write loses
-// updates: every reserve succeeds, but the stock only drops by one.
+// S-C2, S-W13: the same with a non-storage await between read and write
+// loses updates: every reserve succeeds, but the stock only drops by one.
 func TestReserve_AwaitLosesUpdates(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rt := openRT(t, core.Options{})

@@ -2,6 +2,7 @@ package core_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"os"
 	"path/filepath"
@@ -48,6 +49,59 @@ func TestCall_OverloadedFailsAtOnce(t *testing.T) {
 		close(release)
 		wg.Wait()
 		require.Equal(t, 3, stockOf(t, s), "the three queued calls all ran")
+	})
+}
+
+// S-G3: a commit that could not be made durable fails the call with an
+// error callers classify as retryable and not the object's own; the turn's
+// writes are lost whole, and the same call retried succeeds. Here the
+// runtime's alarm index is kept locked by another process's transaction
+// until the commit gives up (SQLite's busy timeout, 10 s of real time: the
+// test runs in parallel with the others).
+func TestCall_FailedCommitIsRetryable(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		c := openClocks(t, core.Options{Dir: dir}, nil, nil)
+		s := mustGet(t, c.ns, "o")
+		arm := func(ctx context.Context, cl *clock) error {
+			if err := cl.st.Storage().Put(ctx, "armed", []byte("yes")); err != nil {
+				return err
+			}
+			return cl.st.SetAlarm(ctx, cl.st.Now().Add(time.Hour))
+		}
+		require.NoError(t, core.Do(context.Background(), s, func(context.Context, *clock) error { return nil }))
+
+		other, err := sql.Open("sqlite", filepath.Join(dir, "_runtime.sqlite"))
+		require.NoError(t, err)
+		defer other.Close()
+		conn, err := other.Conn(context.Background())
+		require.NoError(t, err)
+		_, err = conn.ExecContext(context.Background(), "BEGIN IMMEDIATE")
+		require.NoError(t, err)
+		err = core.Do(context.Background(), s, arm)
+		require.ErrorIs(t, err, core.ErrCommitFailed)
+		require.True(t, core.IsRetryable(err))
+		require.False(t, core.IsRemote(err))
+		var ce *core.Error
+		require.ErrorAs(t, err, &ce)
+		require.Equal(t, "o", ce.Name)
+		_, err = conn.ExecContext(context.Background(), "ROLLBACK")
+		require.NoError(t, err)
+		require.NoError(t, conn.Close())
+
+		armed, err := core.Call(context.Background(), s, func(ctx context.Context, cl *clock) (bool, error) {
+			_, ok, err := cl.st.Storage().Get(ctx, "armed")
+			return ok, err
+		})
+		require.NoError(t, err)
+		require.False(t, armed, "the failed commit's writes are lost")
+		_, ok := c.alarm(t, "o")
+		require.False(t, ok)
+
+		require.NoError(t, core.Do(context.Background(), s, arm), "the same call, retried")
+		_, ok = c.alarm(t, "o")
+		require.True(t, ok)
 	})
 }
 
@@ -287,6 +341,46 @@ func TestObject_IdleEviction(t *testing.T) {
 		require.Equal(t, 0, memo, "in-memory state is gone")
 		require.Equal(t, 5, stockOf(t, s), "stored state survives")
 		require.EqualValues(t, 2, rt.Stats().Constructs)
+	})
+}
+
+// S-R6: what keeps an object from hibernating is a turn still under way:
+// one waiting on a timer (Sleep), on I/O (any Await), or on an outbound
+// call to another object. Once they end, the idle timeout evicts them all.
+func TestObject_WhatKeepsItResident(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := openRT(t, core.Options{IdleTimeout: 10 * time.Second})
+		ns := register(t, rt)
+		io, reply := make(chan struct{}), make(chan struct{})
+		slept := make(chan error, 1)
+		go func() {
+			slept <- core.Do(context.Background(), get(t, ns, "timer"), func(ctx context.Context, it *item) error { return it.st.Sleep(ctx, time.Minute) })
+		}()
+		var wg sync.WaitGroup
+		for name, fn := range map[string]func(context.Context, *item) error{
+			"io": func(ctx context.Context, it *item) error {
+				return it.st.Await(ctx, func(context.Context) error { <-io; return nil })
+			},
+			"caller": func(ctx context.Context, it *item) error {
+				return core.Do(ctx, get(t, ns, "callee"), func(context.Context, *item) error { <-reply; return nil })
+			},
+		} {
+			wg.Go(func() { require.NoError(t, core.Do(context.Background(), get(t, ns, name), fn)) })
+		}
+		time.Sleep(45 * time.Second)
+		synctest.Wait()
+		require.EqualValues(t, 4, rt.Stats().Resident, "timer, io, caller and its callee")
+		close(io)
+		close(reply)
+		wg.Wait()
+		time.Sleep(11 * time.Second)
+		synctest.Wait()
+		require.EqualValues(t, 1, rt.Stats().Resident, "only the sleeper, still asleep")
+		require.NoError(t, <-slept)
+		time.Sleep(11 * time.Second)
+		synctest.Wait()
+		require.Zero(t, rt.Stats().Resident)
+		require.EqualValues(t, 4, rt.Stats().Evictions)
 	})
 }
 

@@ -122,12 +122,21 @@ func TestFacet_OwnStorageAndDeleteAll(t *testing.T) {
 }
 
 // S-F2: arming in a facet while 64 unrelated calls run on the parent
-// works at once, and every one of those calls succeeds.
+// works at once, and every one of those calls succeeds. Arming that cannot
+// work (a facet kind without an Alarm method, a time before the epoch)
+// fails at once, in the call that armed, with a clear error; the call can
+// go on and commit, and nothing else fails later.
 func TestFacet_ArmingNeverBreaksOtherCalls(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := openFacets(t, core.Options{})
+		plain, err := core.RegisterFacet(w.rt, w.ws, "plain", newItem)
+		require.NoError(t, err)
 		ws := mustGet(t, w.ws, "ws")
 		p := w.facet(t, "ws", "a")
+		pl, err := core.Call(context.Background(), ws, func(_ context.Context, o *workspace) (*core.Stub[*item], error) {
+			return plain.Get(o.st, "x")
+		})
+		require.NoError(t, err)
 		var wg sync.WaitGroup
 		for i := range 64 {
 			wg.Go(func() {
@@ -146,13 +155,28 @@ func TestFacet_ArmingNeverBreaksOtherCalls(t *testing.T) {
 			require.Equal(t, due, at)
 			return err
 		}))
+		require.NoError(t, core.Do(context.Background(), pl, func(ctx context.Context, it *item) error {
+			err := it.st.SetAlarm(ctx, due)
+			require.ErrorContains(t, err, "do not implement core.Alarmer")
+			return it.setStock(ctx, 3) // the call goes on
+		}))
+		require.NoError(t, core.Do(context.Background(), p, func(ctx context.Context, pr *processor) error {
+			require.ErrorIs(t, pr.st.SetAlarm(ctx, time.UnixMilli(0)), core.ErrInvalidArgument)
+			_, ok, err := pr.st.GetAlarm(ctx)
+			require.True(t, ok, "the refused time left the alarm set before in place")
+			return err
+		}))
 		wg.Wait()
+		n, err := core.Call(context.Background(), pl, func(ctx context.Context, it *item) (int, error) { return it.stock(ctx) })
+		require.NoError(t, err)
+		require.Equal(t, 3, n, "the call that failed to arm committed")
 		time.Sleep(2 * time.Second)
 		synctest.Wait()
 		fires := facetLog.of("alarm")
 		require.Len(t, fires, 1)
 		require.Equal(t, due, fires[0].at)
 		require.Equal(t, "proc=a", fires[0].obj)
+		require.NoError(t, core.Do(context.Background(), ws, func(context.Context, *workspace) error { return nil }), "the parent still serves")
 	})
 }
 

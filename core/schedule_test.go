@@ -122,6 +122,47 @@ func TestSchedule_OneShot(t *testing.T) {
 	})
 }
 
+// S-A17: an alarm does not keep an object in memory, nor does a pending
+// schedule entry, one-shot or recurring: the object is evicted when idle
+// and woken by each one when it is due. A turn waiting on a timer (State.
+// Sleep, the interval timer of the original) does keep it resident.
+func TestSchedule_TimersDoNotPin(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ps := openPlanners(t, core.Options{IdleTimeout: 10 * time.Second}, nil)
+		t0 := time.Now()
+		ps.do(t, func(ctx context.Context, p *planner) error {
+			return errors.Join(
+				p.st.SetAlarm(ctx, t0.Add(time.Minute)),
+				p.st.ScheduleAfter(ctx, "once", 2*time.Minute, "mail", nil),
+				p.st.ScheduleCron(ctx, "tick", "*/5 * * * *", "tick", nil, core.MissedSkip),
+			)
+		})
+		time.Sleep(20 * time.Second)
+		synctest.Wait()
+		require.Zero(t, ps.rt.Stats().Resident, "evicted with an alarm and two schedule entries pending")
+		time.Sleep(6 * time.Minute)
+		synctest.Wait()
+		var keys []string
+		for _, r := range ps.runs("") {
+			keys = append(keys, r.key)
+		}
+		require.Equal(t, []string{"<alarm>", "once", "tick"}, keys, "each woke the object when due")
+		require.Zero(t, ps.rt.Stats().Resident, "and it was evicted again after each")
+		require.EqualValues(t, 4, ps.rt.Stats().Constructs, "the first call, then one activation per timer")
+
+		done := make(chan error, 1)
+		go func() {
+			done <- core.Do(context.Background(), mustGet(t, ps.ns, "p"), func(ctx context.Context, p *planner) error {
+				return p.st.Sleep(ctx, time.Minute)
+			})
+		}()
+		time.Sleep(50 * time.Second)
+		synctest.Wait()
+		require.EqualValues(t, 1, ps.rt.Stats().Resident, "a turn waiting on a timer keeps the object")
+		require.NoError(t, <-done)
+	})
+}
+
 // A recurring entry fires at each tick; one whose run outlasts its period
 // is never run twice at once, and the ticks it overlapped fold into one.
 func TestSchedule_CronNeverOverlaps(t *testing.T) {

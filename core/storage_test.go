@@ -166,10 +166,10 @@ func TestStorage_RefusalsSayWhy(t *testing.T) {
 	rt := openRT(t, core.Options{})
 	s := get(t, register(t, rt), "a")
 	for q, want := range map[string]string{
-		"BEGIN TRANSACTION":            "use Storage.Transaction",
-		"SAVEPOINT sp":                 "use Storage.Transaction",
-		"PRAGMA journal_mode = DELETE": "PRAGMA journal_mode is not available",
-		"CREATE TABLE _durable_x(a)":   "belongs to the runtime",
+		"BEGIN TRANSACTION":                                  "use Storage.Transaction",
+		"SAVEPOINT sp":                                       "use Storage.Transaction",
+		"PRAGMA journal_mode = DELETE":                       "PRAGMA journal_mode is not available",
+		"CREATE TABLE _durable_x(a)":                         "belongs to the runtime",
 		"SELECT 1 FROM _durable_kv; DELETE FROM _durable_kv": "belongs to the runtime",
 	} {
 		err := core.Do(context.Background(), s, func(ctx context.Context, it *item) error {

@@ -314,8 +314,9 @@ func TestWebSocket_AutoResponseDoesNotWakeTheObject(t *testing.T) {
 	require.WithinDuration(t, time.Now(), at, time.Minute)
 }
 
-// S-R4: an attachment of 16,384 bytes is kept; one byte more is refused
-// with ErrTooLarge, and the previous attachment stays.
+// S-R4, S-W12: an attachment of 16,384 bytes is kept; one byte more is
+// refused with ErrTooLarge, whose message names both sizes, and the
+// previous attachment stays.
 func TestWebSocket_AttachmentLimit(t *testing.T) {
 	env := openChat(t, core.Options{})
 	ann := env.join(t, "r", "ann")
@@ -523,7 +524,7 @@ func TestWebSocket_Origins(t *testing.T) {
 	}
 }
 
-// S-R5, S-R3, S-R6: an object whose only ties are WebSockets is evicted
+// S-R5, S-R3, S-R6, S-W11: an object whose only ties are WebSockets is evicted
 // after its idle time while the clients stay connected; auto-responses
 // still need no object; the next message re-runs the constructor and
 // finds members and attachments intact. A turn inside Await keeps the

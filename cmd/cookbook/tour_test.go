@@ -42,8 +42,8 @@ func TestTour_VerdictsAreHonest(t *testing.T) {
 				t.Errorf("%s: verdict %s without a reason", r.Experiment, r.Verdict)
 			}
 		}
-		// In the bubble the clock is exact: the same instance at 5 and 9 s
-		// idle, a new one at 11 and 15 s, as the original (W11).
+		// S-W11: in the bubble the clock is exact: the same instance at 5
+		// and 9 s idle, a new one at 11 and 15 s, as the original.
 		for _, r := range rows {
 			if r.Experiment == evicted && !strings.HasPrefix(r.Here, "instances 1,1,2,3;") {
 				t.Errorf("%s: got %q, want instances 1,1,2,3", evicted, r.Here)
