@@ -24,6 +24,7 @@
 package coretest
 
 import (
+	"context"
 	"testing"
 
 	"github.com/durable-go/durable/core"
@@ -43,4 +44,38 @@ func Open(tb testing.TB, opts core.Options) *core.Runtime {
 		}
 	})
 	return rt
+}
+
+// Seed writes, in data directory dir, the object name of namespace as an earlier version of its
+// code left it: it runs queries (schema and rows, each with Storage.Exec, in one turn) with a
+// constructor that does nothing, and closes the runtime. Open dir afterwards with the code under
+// test to check that its Storage.Migrate steps take the old data up.
+func Seed(tb testing.TB, dir, namespace, name string, queries ...string) {
+	tb.Helper()
+	rt, err := core.Open(core.Options{Dir: dir})
+	if err != nil {
+		tb.Fatalf("coretest: seed: %v", err)
+	}
+	defer func() {
+		if err := rt.Close(); err != nil {
+			tb.Errorf("coretest: seed: close runtime: %v", err)
+		}
+	}()
+	ns, err := core.Register(rt, namespace, func(_ context.Context, st *core.State) (*core.State, error) { return st, nil })
+	if err == nil {
+		var stub *core.Stub[*core.State]
+		if stub, err = ns.Get(name); err == nil {
+			err = core.Do(context.Background(), stub, func(ctx context.Context, st *core.State) error {
+				for _, q := range queries {
+					if _, err := st.Storage().Exec(ctx, q); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		}
+	}
+	if err != nil {
+		tb.Fatalf("coretest: seed %s/%q: %v", namespace, name, err)
+	}
 }
