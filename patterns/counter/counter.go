@@ -44,11 +44,14 @@ type Counter struct {
 
 // clicks holds one row per minute. flushed is a flag, not a delete, so that
 // a retried flush still has the data (K2); a hit after a flush clears it.
-const schema = `CREATE TABLE IF NOT EXISTS clicks(
+// Step 1 is what the constructor ran before it used migrations.
+var migrations = []core.Migration{
+	core.SQL(`CREATE TABLE IF NOT EXISTS clicks(
   bucket INTEGER PRIMARY KEY, -- unix ms of the minute
   n INTEGER NOT NULL,
   flushed INTEGER NOT NULL DEFAULT 0
-)`
+)`),
+}
 
 // New is the Counter constructor with these options, for core.Register.
 func (o Options) New(ctx context.Context, st *core.State) (*Counter, error) {
@@ -57,7 +60,7 @@ func (o Options) New(ctx context.Context, st *core.State) (*Counter, error) {
 	}
 	// Tables only. The constructor runs on every activation, so arming the
 	// alarm here would postpone a pending flush each time (A16).
-	if _, err := st.Storage().Exec(ctx, schema); err != nil {
+	if err := st.Storage().Migrate(ctx, migrations...); err != nil {
 		return nil, err
 	}
 	c := &Counter{st: st, sink: o.Sink, flushAfter: o.FlushAfter, log: o.Logger}

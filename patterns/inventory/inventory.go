@@ -73,14 +73,21 @@ func Register(rt *core.Runtime, name string, opts Options) (*core.Namespace[*Inv
 	})
 }
 
-func newInventory(ctx context.Context, st *core.State, opts Options) (*Inventory, error) {
-	_, err := st.Storage().Exec(ctx, `CREATE TABLE IF NOT EXISTS item(
+// migrations is the item's schema, one step per change, in order. Step 1
+// is the statement the constructor ran before it used migrations (hence IF
+// NOT EXISTS): on an item created then, it finds the table and changes
+// nothing. Never edit a step once released; append a new one.
+var migrations = []core.Migration{
+	core.SQL(`CREATE TABLE IF NOT EXISTS item(
 	id      INTEGER PRIMARY KEY CHECK (id = 1),
 	stock   INTEGER NOT NULL CHECK (stock >= 0),
 	version INTEGER NOT NULL
 );
-INSERT OR IGNORE INTO item(id, stock, version) VALUES (1, 0, 0)`)
-	if err != nil {
+INSERT OR IGNORE INTO item(id, stock, version) VALUES (1, 0, 0)`),
+}
+
+func newInventory(ctx context.Context, st *core.State, opts Options) (*Inventory, error) {
+	if err := st.Storage().Migrate(ctx, migrations...); err != nil {
 		return nil, err
 	}
 	return &Inventory{st: st, opts: opts}, nil

@@ -22,10 +22,18 @@ type Limiter struct {
 	st *core.State
 }
 
-// New is the constructor to pass to core.Register: it creates the key's
-// table if needed.
+// migrations is the window's schema, in order. Step 1 is what the
+// constructor ran before it used migrations; step 2 came later, and runs
+// once on every key's object, old or new, at its next activation.
+var migrations = []core.Migration{
+	core.SQL("CREATE TABLE IF NOT EXISTS w(ts INTEGER)"),
+	core.SQL("CREATE INDEX w_ts ON w(ts)"), // the window's DELETE and count by time
+}
+
+// New is the constructor to pass to core.Register: it brings the key's
+// schema up to date.
 func New(ctx context.Context, st *core.State) (*Limiter, error) {
-	if _, err := st.Storage().Exec(ctx, "CREATE TABLE IF NOT EXISTS w(ts INTEGER)"); err != nil {
+	if err := st.Storage().Migrate(ctx, migrations...); err != nil {
 		return nil, err
 	}
 	return &Limiter{st: st}, nil

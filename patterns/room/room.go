@@ -83,6 +83,15 @@ func Register(rt *core.Runtime, name string, opts Options) (*core.Namespace[*Roo
 	})
 }
 
+// migrations is the room's schema, in order; step 1 is what the constructor
+// ran before it used migrations.
+var migrations = []core.Migration{
+	core.SQL(`CREATE TABLE IF NOT EXISTS room_messages(
+  seq INTEGER PRIMARY KEY,   -- the message's offset: 1, 2, 3, ...
+  line BLOB NOT NULL,        -- the frame as members receive it
+  binary INTEGER NOT NULL)`),
+}
+
 // newRoom runs on every activation of the room: first use, and after every
 // hibernation. It rebuilds memory from storage and never arms the alarm
 // (a join does), so that waking an idle room costs nothing more.
@@ -91,10 +100,7 @@ func newRoom(ctx context.Context, st *core.State, opts Options) (*Room, error) {
 		return nil, err
 	}
 	s := st.Storage()
-	if _, err := s.Exec(ctx, `CREATE TABLE IF NOT EXISTS room_messages(
-  seq INTEGER PRIMARY KEY,   -- the message's offset: 1, 2, 3, ...
-  line BLOB NOT NULL,        -- the frame as members receive it
-  binary INTEGER NOT NULL)`); err != nil {
+	if err := s.Migrate(ctx, migrations...); err != nil {
 		return nil, err
 	}
 	r := &Room{st: st, opts: opts}

@@ -26,7 +26,10 @@ type Link struct {
 
 // expires_at is NULL for a link that never expires; target is NULL once
 // the alarm has expired the link (the row stays, so the code is not reused).
-const linkSchema = `CREATE TABLE IF NOT EXISTS link(id INTEGER PRIMARY KEY CHECK (id = 1), target TEXT, expires_at INTEGER)`
+// Step 1 is what the constructor ran before it used migrations.
+var linkMigrations = []core.Migration{
+	core.SQL(`CREATE TABLE IF NOT EXISTS link(id INTEGER PRIMARY KEY CHECK (id = 1), target TEXT, expires_at INTEGER)`),
+}
 
 // NewLink is the Link constructor with the default options, for
 // core.Register.
@@ -34,7 +37,7 @@ func NewLink(ctx context.Context, st *core.State) (*Link, error) { return Option
 
 // NewLink is the Link constructor with these options, for core.Register.
 func (o Options) NewLink(ctx context.Context, st *core.State) (*Link, error) {
-	if _, err := st.Storage().Exec(ctx, linkSchema); err != nil {
+	if err := st.Storage().Migrate(ctx, linkMigrations...); err != nil {
 		return nil, err
 	}
 	return &Link{st: st, log: o.logger()}, nil

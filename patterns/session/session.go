@@ -48,8 +48,12 @@ type Session struct {
 	log *slog.Logger
 }
 
-const sessionSchema = `CREATE TABLE IF NOT EXISTS session_data(key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS session_deadline(id INTEGER PRIMARY KEY CHECK (id = 1), at INTEGER NOT NULL)`
+// sessionMigrations is the session's schema, in order; step 1 is what the
+// constructor ran before it used migrations.
+var sessionMigrations = []core.Migration{
+	core.SQL(`CREATE TABLE IF NOT EXISTS session_data(key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS session_deadline(id INTEGER PRIMARY KEY CHECK (id = 1), at INTEGER NOT NULL)`),
+}
 
 // New is the Session constructor with the default options, for
 // core.Register.
@@ -59,7 +63,7 @@ func New(ctx context.Context, st *core.State) (*Session, error) { return Options
 func (o Options) New(ctx context.Context, st *core.State) (*Session, error) {
 	// Tables only. The constructor runs on every activation, so arming the
 	// alarm here would postpone a pending expiry each time (A16).
-	if _, err := st.Storage().Exec(ctx, sessionSchema); err != nil {
+	if err := st.Storage().Migrate(ctx, sessionMigrations...); err != nil {
 		return nil, err
 	}
 	ttl := o.TTL
