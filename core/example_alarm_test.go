@@ -17,7 +17,7 @@ type Debouncer struct {
 }
 
 func NewDebouncer(ctx context.Context, st *core.State) (*Debouncer, error) {
-	_, err := st.Storage().Exec(ctx, "CREATE TABLE IF NOT EXISTS pending(n INTEGER NOT NULL)")
+	err := st.Storage().Migrate(ctx, core.SQL("CREATE TABLE pending(n INTEGER NOT NULL)"))
 	return &Debouncer{st: st}, err
 }
 
@@ -96,6 +96,61 @@ func ExampleRuntime_DeadLetters() {
 	// dropped: reporters/nightly after 1 attempt(s): report service unavailable
 	// dead letters: 1
 	// dead letters after re-arming: 0
+}
+
+// Deliverer keeps a log of its delivery attempts. A failing run's writes
+// are rolled back with it (SEMANTICS W4), so the entry is committed by an
+// Await before the delivery that may fail: only what follows the Await
+// rolls back.
+type Deliverer struct {
+	st   *core.State
+	down bool // the downstream service
+}
+
+func (d *Deliverer) Alarm(ctx context.Context, info core.AlarmInfo) error {
+	s := d.st.Storage()
+	if _, err := s.Exec(ctx, "INSERT INTO attempts(at, retry) VALUES (?, ?)", d.st.Now().UnixMilli(), info.RetryCount); err != nil {
+		return err
+	}
+	// Commit the entry now, in a segment of its own.
+	if err := d.st.Await(ctx, func(context.Context) error { return nil }); err != nil {
+		return err
+	}
+	if d.down {
+		return errors.New("delivery failed") // retried; the entry stays
+	}
+	_, err := s.Exec(ctx, "UPDATE attempts SET delivered = 1 WHERE retry = ?", info.RetryCount)
+	return err
+}
+
+func ExampleState_Await_attemptLog() {
+	rt, _ := core.Open(core.Options{})
+	defer rt.Close()
+	ns, _ := core.Register(rt, "deliverers", func(ctx context.Context, st *core.State) (*Deliverer, error) {
+		err := st.Storage().Migrate(ctx, core.SQL("CREATE TABLE attempts(at INTEGER, retry INTEGER, delivered INTEGER NOT NULL DEFAULT 0)"))
+		return &Deliverer{st: st, down: true}, err
+	})
+	stub, _ := ns.Get("order-9")
+	ctx := context.Background()
+	core.Do(ctx, stub, func(ctx context.Context, d *Deliverer) error { return d.st.SetAlarm(ctx, d.st.Now()) })
+	stub.TriggerAlarm(ctx) // fails: a retry is pending
+	core.Do(ctx, stub, func(ctx context.Context, d *Deliverer) error {
+		var n, delivered int
+		err := d.st.Storage().One(ctx, "SELECT count(*), coalesce(sum(delivered), 0) FROM attempts").Scan(&n, &delivered)
+		fmt.Println("attempts logged:", n, "delivered:", delivered)
+		d.down = false // the service is back
+		return err
+	})
+	stub.TriggerAlarm(ctx) // the retry, now
+	core.Do(ctx, stub, func(ctx context.Context, d *Deliverer) error {
+		var n, delivered int
+		err := d.st.Storage().One(ctx, "SELECT count(*), sum(delivered) FROM attempts").Scan(&n, &delivered)
+		fmt.Println("attempts logged:", n, "delivered:", delivered)
+		return err
+	})
+	// Output:
+	// attempts logged: 1 delivered: 0
+	// attempts logged: 2 delivered: 1
 }
 
 // Mailer keeps many timers over its one alarm.
