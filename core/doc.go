@@ -13,9 +13,10 @@
 //		return inv.Reserve(ctx, 3)
 //	})
 //
-// Runtime (with Options) hosts Namespaces; a Stub addresses an object; State is the object's view
-// of the runtime (its name, Storage, Await, clock, alarm and schedule); Storage is its database
-// (Rows, Row, Result). Objects may implement Alarmer, TimerHandler, Fetcher and the WebSocket
+// Runtime (with Options) hosts Namespaces; a Stub addresses an object (Namespace.NewUniqueID makes
+// an unguessable name for one); State is the object's view of the runtime (its name, Storage,
+// Await and BlockConcurrencyWhile, clock, alarm and schedule); Storage is its database (Rows, Row,
+// Result, the KV methods, Migrate). Objects may implement Alarmer, TimerHandler, Fetcher and the WebSocket
 // handlers; a WebSocket is a handle to a connection the runtime owns. FacetKind hosts child
 // objects. Errors are *Error values; DeadLetter records an alarm given up.
 //
@@ -46,6 +47,19 @@
 //   - No silent deadlocks. A call, TriggerAlarm or Rearm that would wait for a gate held by a turn
 //     waiting for the caller fails at once with ErrDeadlock.
 //
+// # Storage
+//
+// SQL: Exec, Query, QueryRow (the first row, as database/sql) and One (exactly one row, else
+// ErrNoResults or ErrMultipleResults); errors carry SQLite's text; arguments must match the
+// statement's parameters (ErrArgCount) and a query must hold a statement (ErrNoStatement); values
+// are stored exactly (an int64 keeps every digit, a bool is 0 or 1, a struct is refused).
+// Transaction nests a transaction in the turn; DeleteAll empties the object. KV: Get, Put, Delete,
+// their batch forms GetMany, PutMany and DeleteMany (MaxBatchKeys), and List with ListOptions (the
+// original's prefix, start, startAfter, end, reverse and limit); keys of up to MaxKeyLen bytes,
+// values up to MaxValueLen. Size is the database's size. Migrate runs the object's schema steps
+// (Migration, SQL) once each, in the constructor's turn, keeping the version in the runtime's own
+// table and refusing data newer than the code (ErrSchemaTooNew).
+//
 // # Concurrency
 //
 // Runtime, Namespace and Stub are safe for concurrent use. An object's fields are touched only by
@@ -53,7 +67,9 @@
 // caller's goroutine, and the gate passes from one waiting caller to the next in FIFO order. A call
 // to a full queue (Options.MaxQueue) fails at once with ErrOverloaded (IsRetryable; back off
 // first). A context cancelled while the call is queued ends the wait; a running turn is not
-// interrupted (its code sees the context and may return).
+// interrupted (its code sees the context and may return). State.BlockConcurrencyWhile keeps the
+// gate closed across waits (for initialisation over the network); its failure or timeout
+// (BlockConcurrencyTimeout) resets the object (ErrObjectReset).
 //
 // # Persistence
 //
@@ -85,4 +101,7 @@
 //     calling object itself cannot be told from an outside caller, and waits for ever.
 //   - One Runtime per data directory: two processes on one directory break the one-instance rule.
 //   - A turn failing after an Await rolls back only what follows it: Await commits the turn so far.
+//   - A failing alarm run keeps none of its writes (the original keeps them): commit an attempt
+//     log with an Await before the work that may fail. The project's SEMANTICS.md lists every
+//     deliberate difference from the original in one place.
 package core

@@ -11,7 +11,8 @@ import (
 type Counter struct{ st *core.State }
 
 func NewCounter(ctx context.Context, st *core.State) (*Counter, error) {
-	_, err := st.Storage().Exec(ctx, "CREATE TABLE IF NOT EXISTS hits(n INTEGER NOT NULL)")
+	// The schema, step by step: each step runs once in the object's life.
+	err := st.Storage().Migrate(ctx, core.SQL("CREATE TABLE hits(n INTEGER NOT NULL)"))
 	return &Counter{st: st}, err
 }
 
