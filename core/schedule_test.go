@@ -80,7 +80,7 @@ func (ps *planners) runs(key string) []ran {
 	return out
 }
 
-// S-A1, S-A17: many timers over the one alarm: one-shot entries fire at
+// S-A1, S-F5: many timers over the one alarm: one-shot entries fire at
 // their times in order, beside the object's own alarm; they can be listed
 // and cancelled.
 func TestSchedule_OneShot(t *testing.T) {

@@ -15,7 +15,8 @@ import (
 // input gate: a read and a write with no Await between them cannot be interleaved with another
 // turn. Statements are prepared once per query text and cached: pass values as ? arguments.
 type Storage struct {
-	o *object
+	o      *object
+	params map[string]int // the parameters of each query seen (-1: no statement), for checkArgs
 }
 
 // Result describes the effect of Exec.
@@ -32,6 +33,9 @@ type StorageStats struct{ RowsRead, RowsWritten int64 }
 func (s *Storage) Stats() StorageStats {
 	return StorageStats{RowsRead: s.o.reads.Load(), RowsWritten: s.o.writes.Load()}
 }
+
+// maxParamsCached bounds the queries whose parameter counts an object keeps.
+const maxParamsCached = 256
 
 // runtimeSchema is the runtime's own tables in every object database.
 const runtimeSchema = `CREATE TABLE IF NOT EXISTS _durable_meta(k TEXT PRIMARY KEY, v ANY) WITHOUT ROWID;
@@ -100,10 +104,20 @@ func short(q string) string {
 }
 
 // checkArgs refuses a query that holds no statement, or that is given more or fewer arguments than
-// it has parameters (SEMANTICS W6).
-func checkArgs(query string, args []any) error {
-	n, empty := sqlstore.Params(query)
-	if empty {
+// it has parameters (SEMANTICS W6). Each query is scanned once, while the cache has room.
+func (s *Storage) checkArgs(query string, args []any) error {
+	n, ok := s.params[query]
+	if !ok {
+		var empty bool
+		if n, empty = sqlstore.Params(query); empty {
+			n = -1
+		}
+		if s.params == nil || len(s.params) >= maxParamsCached {
+			s.params = make(map[string]int)
+		}
+		s.params[query] = n
+	}
+	if n < 0 {
 		return fmt.Errorf("%w (in %q)", ErrNoStatement, short(query))
 	}
 	if len(args) != n {
@@ -121,7 +135,7 @@ func (s *Storage) Exec(ctx context.Context, query string, args ...any) (Result, 
 	if err != nil {
 		return Result{}, err
 	}
-	if err := checkArgs(query, args); err != nil {
+	if err := s.checkArgs(query, args); err != nil {
 		return Result{}, err
 	}
 	stmt, err := st.Stmt(query)
@@ -154,7 +168,7 @@ func (s *Storage) Query(ctx context.Context, query string, args ...any) (*Rows, 
 	default:
 		s.o.batch.dirty = true // INSERT ... RETURNING and the like
 	}
-	if err := checkArgs(query, args); err != nil {
+	if err := s.checkArgs(query, args); err != nil {
 		return nil, err
 	}
 	stmt, err := st.Stmt(query)
