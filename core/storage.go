@@ -251,7 +251,8 @@ func (s *Storage) Transaction(ctx context.Context, fn func() error) (err error) 
 }
 
 // DeleteAll deletes, in the turn (it rolls back with it), everything the object stored: every
-// table, view, index and trigger, the KV pairs, and the pending alarm (see DeleteAllKeepAlarm).
+// table, view, index and trigger, the KV pairs, the record of applied migrations (Migrate runs
+// every step again), and the pending alarm (see DeleteAllKeepAlarm). It works inside Transaction.
 func (s *Storage) DeleteAll(ctx context.Context) error { return s.deleteAll(ctx, false) }
 
 // DeleteAllKeepAlarm is DeleteAll that leaves the pending alarm in place, as the original runtime
