@@ -29,6 +29,7 @@ type DB struct {
 	own      map[string]*sql.Stmt // the owner's statements, kept apart so user SQL never reuses one
 	internal bool                 // the owner's own statement is running: authorize all
 	denied   string               // why the authorizer refused the last user statement
+	query    string               // the user statement being prepared
 }
 
 // BuildTemplate returns the bytes of an empty WAL-mode database holding schema. New databases start
@@ -168,7 +169,10 @@ func (s *DB) Close() error {
 }
 
 // Stmt returns the prepared user statement for query, preparing it once.
-func (s *DB) Stmt(query string) (*sql.Stmt, error) { return s.prepare(s.stmts, query) }
+func (s *DB) Stmt(query string) (*sql.Stmt, error) {
+	s.query = query
+	return s.prepare(s.stmts, query)
+}
 
 func (s *DB) prepare(cache map[string]*sql.Stmt, query string) (*sql.Stmt, error) {
 	if st, ok := cache[query]; ok {
@@ -259,7 +263,9 @@ func (s *DB) Denied() string {
 }
 
 // authorize is SQLite's authorizer for user statements: it refuses transaction control, attached
-// databases, pragmas that change settings and writes to the owner's tables, keeping the reason.
+// databases, pragmas that change settings, writes to the owner's tables, and any object (table,
+// view, index, trigger; TEMP or not) named with the owner's prefix or on one of its tables, keeping
+// the reason. The owner's own statements name their tables main.<name>.
 func (s *DB) authorize(action sqlite.AuthorizerActionCode, arg1, arg2, _, _ string) sqlite.AuthorizerReturnCode {
 	if s.internal {
 		return sqlite.AuthorizerOK
@@ -278,13 +284,28 @@ func (s *DB) authorize(action sqlite.AuthorizerActionCode, arg1, arg2, _, _ stri
 			return sqlite.AuthorizerOK
 		}
 		return deny(fmt.Sprintf("PRAGMA %s is not available: the runtime owns the database's settings", arg1))
-	case sqlite.AuthInsert, sqlite.AuthUpdate, sqlite.AuthDelete, sqlite.AuthCreateTable, sqlite.AuthDropTable:
+	case sqlite.AuthInsert, sqlite.AuthUpdate, sqlite.AuthDelete:
 		if s.owned(arg1) {
 			return deny(fmt.Sprintf("table %s belongs to the runtime", arg1))
 		}
-	case sqlite.AuthAlterTable, sqlite.AuthCreateIndex, sqlite.AuthDropIndex, sqlite.AuthCreateTrigger, sqlite.AuthDropTrigger:
-		if s.owned(arg2) {
-			return deny(fmt.Sprintf("table %s belongs to the runtime", arg2))
+	case sqlite.AuthCreateTable, sqlite.AuthDropTable, sqlite.AuthCreateTempTable, sqlite.AuthDropTempTable,
+		sqlite.AuthCreateView, sqlite.AuthDropView, sqlite.AuthCreateTempView, sqlite.AuthDropTempView,
+		sqlite.AuthCreateIndex, sqlite.AuthDropIndex, sqlite.AuthCreateTempIndex, sqlite.AuthDropTempIndex,
+		sqlite.AuthCreateTrigger, sqlite.AuthDropTrigger, sqlite.AuthCreateTempTrigger, sqlite.AuthDropTempTrigger,
+		sqlite.AuthCreateVTable, sqlite.AuthDropVTable, sqlite.AuthAlterTable:
+		// arg1 names the object made or dropped (for ALTER TABLE, the schema), arg2 the table it is
+		// on (for a virtual table, its module). The owner's names are reserved in every schema,
+		// TEMP included (a TEMP object would shadow the owner's in unqualified names), and no
+		// trigger may sit on the owner's tables.
+		for _, name := range []string{arg1, arg2} {
+			if s.owned(name) {
+				return deny(fmt.Sprintf("the name %s belongs to the runtime (in main and TEMP alike; no trigger, view or index on it)", name))
+			}
+		}
+		// ALTER TABLE ... RENAME TO does not show the new name: a statement naming the owner's
+		// prefix anywhere may not alter a table.
+		if action == sqlite.AuthAlterTable && strings.Contains(strings.ToLower(s.query), s.prefix) {
+			return deny(fmt.Sprintf("ALTER TABLE may not give a table a name of the runtime's (%s*)", s.prefix))
 		}
 	}
 	return sqlite.AuthorizerOK
