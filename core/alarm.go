@@ -8,8 +8,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"time"
-
-	"github.com/durable-go/durable/core/internal/alarmindex"
 )
 
 // Alarmer is implemented by objects that receive their alarm. The runtime calls Alarm as a turn of
@@ -252,20 +250,7 @@ func (o *object) deliver(t *turn, run *alarmRun, row timerRow) error {
 			r.at, r.retry = now.Add(policy.delay(row.retry+1)).UnixNano(), row.retry+1
 			return t.putTimer(r)
 		}
-		dl := DeadLetter{
-			Namespace: o.ns.name, Name: o.name, ObjectID: o.id, Path: row.owner, Key: row.key, Kind: row.kind, Payload: row.payload,
-			Scheduled: time.Unix(0, row.first), Attempts: row.retry + 1,
-			LastError: herr.Error(), Dropped: now,
-		}
-		if dl.Seq, err = o.rt.sched.ix.AddLetter(alarmindex.Letter(dl)); err != nil {
-			return err
-		}
-		t.emit(effect{fn: func(committed bool) {
-			if committed {
-				o.rt.hook("OnAlarmDropped", func() { o.rt.opts.OnAlarmDropped(dl) })
-			}
-		}})
-		return t.finishTimer(row, now, cur.running)
+		return o.dropTimer(t, row, herr, now, cur.running)
 	})
 }
 

@@ -2,9 +2,15 @@ package core
 
 import (
 	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
+
+	"github.com/durable-go/durable/core/internal/alarmindex"
 )
 
 // DeadLetter records an alarm that failed on every run its RetryPolicy allowed. The original
@@ -46,7 +52,7 @@ func (rt *Runtime) DeadLetters() ([]DeadLetter, error) {
 }
 
 // Rearm arms the dead letter's timer again at at, its retry count back to zero, and removes the
-// record. For the object's alarm that is SetAlarm(at) (replacing any alarm set since); a schedule
+// record. It arms a timer once per letter: a letter re-armed already is only removed. For the object's alarm that is SetAlarm(at) (replacing any alarm set since); a schedule
 // entry still there (a recurring one) next runs at at; one that is gone comes back as a one-shot
 // entry with its kind and payload. The object's namespace must be registered.
 func (rt *Runtime) Rearm(ctx context.Context, seq int64, at time.Time) error {
@@ -74,6 +80,23 @@ func (rt *Runtime) Rearm(ctx context.Context, seq int64, at time.Time) error {
 		return n.with(dl.Name, dl.ObjectID, placement{}, func(o *object) error {
 			return o.run(ctx, func(ctx context.Context, _ any) error {
 				t := ctx.(*turn)
+				// The object keeps its own copy of the letter and a mark of each re-arm: a letter
+				// re-armed already (written twice by a crash, or re-armed by a Rearm whose removal of
+				// the record was lost) is not armed again.
+				k := letterKey(dl.Path, dl.Key, dl.Scheduled.UnixNano())
+				kept, err := t.hasMeta("dead:" + k)
+				if err != nil {
+					return err
+				}
+				if done, err := t.hasMeta("rearmed:" + k); err != nil || done && !kept {
+					return err
+				}
+				if err := t.setMeta("dead:"+k, nil); err != nil {
+					return err
+				}
+				if err := t.setMeta("rearmed:"+k, at.UnixNano()); err != nil {
+					return err
+				}
 				row, ok, err := t.getTimer(dl.Path, dl.Key)
 				if err != nil {
 					return err
@@ -92,4 +115,101 @@ func (rt *Runtime) Rearm(ctx context.Context, seq int64, at time.Time) error {
 		return fail(err)
 	}
 	return nil
+}
+
+// letterKey identifies a dropped timer: its owner's path, its key, and when it was first due.
+func letterKey(path, key string, scheduled int64) string {
+	return path + "\x00" + key + "\x00" + strconv.FormatInt(scheduled, 10)
+}
+
+// dropTimer gives up a timer after its last run: the dead letter is written durably to the
+// runtime's table, and a copy of it to the object's own _durable_meta in the turn (so a rebuilt
+// index finds it again); OnAlarmDropped hears of it once the turn commits.
+func (o *object) dropTimer(t *turn, row timerRow, cause error, now time.Time, marked bool) error {
+	dl := DeadLetter{
+		Namespace: o.ns.name, Name: o.name, ObjectID: o.id, Path: row.owner, Key: row.key, Kind: row.kind, Payload: row.payload,
+		Scheduled: time.Unix(0, row.first), Attempts: row.retry + 1,
+		LastError: cause.Error(), Dropped: now,
+	}
+	b, err := json.Marshal(dl)
+	if err != nil {
+		return err
+	}
+	if err := t.setMeta("dead:"+letterKey(dl.Path, dl.Key, row.first), string(b)); err != nil {
+		return err
+	}
+	if dl.Seq, err = o.rt.sched.ix.AddLetter(alarmindex.Letter(dl)); err != nil {
+		return err
+	}
+	t.emit(effect{fn: func(committed bool) {
+		if committed {
+			o.rt.hook("OnAlarmDropped", func() { o.rt.opts.OnAlarmDropped(dl) })
+		}
+	}})
+	return t.finishTimer(row, now, marked)
+}
+
+// constructFailed handles a constructor's failure. For a call it is the call's error. For a run of
+// due timers (alarm, true) each due timer's retry ladder counts it as a failed run, as a failing
+// handler's would: an object whose constructor always fails ends in the dead-letter table instead
+// of being retried for ever. The failure is then recorded, and the run returns nil; if it cannot be
+// recorded (the database does not open), the error stands and the scheduler looks again later.
+func (o *object) constructFailed(t *turn, alarm bool, cerr error) error {
+	if !alarm {
+		return cerr
+	}
+	policy := o.rt.opts.AlarmRetry
+	now := o.rt.now()
+	n := 0
+	err := o.invoke(t, func(context.Context, any) error {
+		rows, err := t.queryTimers("at <= ? ORDER BY at, owner, key", now.UnixNano())
+		if err != nil {
+			return err
+		}
+		for _, row := range rows {
+			n++
+			if row.retry < policy.MaxRetries {
+				r := row
+				r.at, r.retry, r.running = now.Add(policy.delay(row.retry+1)).UnixNano(), row.retry+1, false
+				if err := t.putTimer(r); err != nil {
+					return err
+				}
+				continue
+			}
+			if err := o.dropTimer(t, row, cerr, now, row.running); err != nil {
+				return err
+			}
+		}
+		t.timers = true // the commit tells the scheduler
+		return nil
+	})
+	if err != nil {
+		return errors.Join(cerr, err)
+	}
+	o.rt.log.Warn("the constructor failed for a run of due timers: each counts it as a failed run", "event", "alarm_constructor_failed",
+		"namespace", o.ns.name, "name", o.name, "timers", n, "error", cerr)
+	return nil
+}
+
+// hasMeta reports whether the object's _durable_meta holds key k.
+func (t *turn) hasMeta(k string) (bool, error) {
+	st, err := t.db()
+	if err != nil {
+		return false, err
+	}
+	n := 0
+	err = st.QueryOwn("SELECT count(*) FROM main._durable_meta WHERE k = ?", []any{k}, func(r *sql.Rows) error { return r.Scan(&n) })
+	return n > 0, err
+}
+
+// setMeta sets key k of the object's _durable_meta to v, in the turn; nil deletes it.
+func (t *turn) setMeta(k string, v any) error {
+	st, err := t.write()
+	if err != nil {
+		return err
+	}
+	if v == nil {
+		return st.ExecOwn("DELETE FROM main._durable_meta WHERE k = ?", k)
+	}
+	return st.ExecOwn("INSERT OR REPLACE INTO main._durable_meta(k, v) VALUES (?, ?)", k, v)
 }

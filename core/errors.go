@@ -66,6 +66,17 @@ var (
 	// ErrBadHandshake is returned by AcceptWebSocket when the request is not a valid WebSocket
 	// upgrade or its Origin is not allowed; the HTTP error response has been written to w.
 	ErrBadHandshake = errors.New("core: websocket handshake failed")
+	// ErrLocked is returned by Open when another runtime holds the data directory (see
+	// LockedError, which names the holder's PID).
+	ErrLocked = errors.New("core: data directory in use")
+	// ErrDamaged is returned for an object whose database is missing or empty although the
+	// runtime's catalog knows it, or fails SQLite's quick check when opened (see DamagedError,
+	// which names the file). The object refuses to serve until it is restored or quarantined
+	// (Runtime.Quarantine); other objects keep serving.
+	ErrDamaged = errors.New("core: object database damaged")
+	// ErrIncompleteBackup is returned by Open for a directory that a backup was writing and did
+	// not finish (Runtime.Backup): it is not a copy of anything.
+	ErrIncompleteBackup = errors.New("core: incomplete backup")
 )
 
 // alsoErr is a sentinel that also matches other sentinels.
@@ -87,6 +98,19 @@ type Error struct {
 
 func (e *Error) Error() string { return fmt.Sprintf("%s %s/%q: %v", e.Op, e.Namespace, e.Name, e.Err) }
 func (e *Error) Unwrap() error { return e.Err }
+
+// DamagedError is the cause of an ErrDamaged: the object's database file and what is wrong with it.
+type DamagedError struct {
+	Path   string // the database file
+	Reason string // "missing", "empty (0 bytes)", the quick check's first finding, ...
+}
+
+func (e *DamagedError) Error() string {
+	return fmt.Sprintf("core: object database %s is damaged: %s", e.Path, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrDamaged) true.
+func (e *DamagedError) Is(target error) bool { return target == ErrDamaged }
 
 // RemoteError wraps an error raised by the object's own code (a returned error or a panic), not the
 // runtime. Its turn was rolled back; retry only if the object's method is safe to retry.

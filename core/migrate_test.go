@@ -97,12 +97,13 @@ func TestMigrate_FailingStepAppliesNothing(t *testing.T) {
 	dir := t.TempDir()
 	v1 := core.SQL("CREATE TABLE note(id INTEGER PRIMARY KEY)")
 	bad := core.SQL("ALTER TABLE nosuch ADD COLUMN x")
-	_, s := openNotes(t, dir, v1, bad)
+	rt, s := openNotes(t, dir, v1, bad)
 	err := core.Do(context.Background(), s, func(context.Context, *notes) error { return nil })
 	require.ErrorContains(t, err, "to version 2")
 	require.ErrorContains(t, err, "no such table: nosuch")
+	require.NoError(t, rt.Close()) // one runtime per directory (S-O1)
 
-	rt, s := openNotes(t, dir, v1)
+	rt, s = openNotes(t, dir, v1)
 	require.Equal(t, []string{"id"}, columns(t, s, "note"), "step 1 ran again: the failed run left nothing")
 	require.NoError(t, rt.Close())
 }

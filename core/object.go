@@ -51,6 +51,7 @@ type object struct {
 	batch     *batch // open group-commit batch, nil when nothing is uncommitted
 	lastBatch int    // turns in the last batch committed
 	alarmRun  *alarmRun
+	holding   *turn // the turn of a hold (catalog.go): the gate held without an instance
 	reads     atomic.Int64
 	writes    atomic.Int64
 }
@@ -251,6 +252,7 @@ func (o *object) closeRemoved(ch chan struct{}) (err error) {
 	defer o.ns.closed(o.id, ch)
 	if o.inst, o.built = nil, false; o.store != nil {
 		err, o.store = o.store.Close(), nil
+		o.touchCatalog()
 	}
 	return err
 }

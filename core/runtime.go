@@ -144,6 +144,7 @@ type Runtime struct {
 	sched    *scheduler
 	template func() ([]byte, error) // an empty object database, built once
 	ws       wsHub                  // the WebSocket connections
+	lock     *dirLock               // the data directory's OS lock, held until Shutdown ends
 }
 
 type runtimeStats struct {
@@ -186,11 +187,25 @@ func Open(opts Options) (*Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("core: open: %w", err)
 	}
+	if err := checkNotIncompleteBackup(rt.dir); err != nil {
+		return nil, err
+	}
+	if rt.lock, err = lockDir(rt.dir); err != nil {
+		if rt.ownDir {
+			os.RemoveAll(rt.dir)
+		}
+		var le *LockedError
+		if errors.As(err, &le) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("core: open: %w", err)
+	}
 	if rt.opts.OnAlarmDropped == nil {
 		rt.opts.OnAlarmDropped = rt.logDropped
 	}
 	rt.template = sync.OnceValues(func() ([]byte, error) { return sqlstore.BuildTemplate(rt.dir, runtimeSchema) })
 	if rt.sched, err = newScheduler(rt); err != nil {
+		rt.lock.unlock()
 		if rt.ownDir {
 			os.RemoveAll(rt.dir)
 		}
@@ -276,6 +291,7 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 	if rt.ownDir {
 		errs = append(errs, os.RemoveAll(rt.dir))
 	}
+	errs = append(errs, rt.lock.unlock()) // the directory is free for the next runtime
 	rt.shutDone = true
 	return errors.Join(errs...)
 }

@@ -2,7 +2,6 @@ package core
 
 import (
 	"container/heap"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -61,7 +60,7 @@ func (h *entryHeap) Pop() any {
 }
 
 func newScheduler(rt *Runtime) (*scheduler, error) {
-	ix, err := alarmindex.Open(filepath.Join(rt.dir, "_runtime.sqlite"))
+	ix, err := openIndex(rt)
 	if err != nil {
 		return nil, err
 	}

@@ -38,8 +38,8 @@ func (s *Storage) Stats() StorageStats {
 const maxParamsCached = 256
 
 // runtimeSchema is the runtime's own tables in every object database.
-const runtimeSchema = `CREATE TABLE IF NOT EXISTS _durable_meta(k TEXT PRIMARY KEY, v ANY) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS _durable_kv(key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;
+const runtimeSchema = `CREATE TABLE IF NOT EXISTS main._durable_meta(k TEXT PRIMARY KEY, v ANY) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS main._durable_kv(key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;
 ` + timersSchema
 
 type store = sqlstore.DB
@@ -51,12 +51,12 @@ func openStore(path, synchronous string, template func() ([]byte, error)) (st *s
 		return nil, false, err
 	}
 	var meta, timers, running int
-	err = st.QueryOwn(`SELECT (SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = '_durable_meta'),
-  (SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = '_durable_timers'),
-  (SELECT count(*) FROM pragma_table_xinfo('_durable_timers') WHERE name = 'running')`,
+	err = st.QueryOwn(`SELECT (SELECT count(*) FROM main.sqlite_schema WHERE type = 'table' AND name = '_durable_meta'),
+  (SELECT count(*) FROM main.sqlite_schema WHERE type = 'table' AND name = '_durable_timers'),
+  (SELECT count(*) FROM pragma_table_xinfo('_durable_timers', 'main') WHERE name = 'running')`,
 		nil, func(r *sql.Rows) error { return r.Scan(&meta, &timers, &running) })
 	if err == nil && meta == 1 {
-		err = st.QueryOwn("SELECT count(*) FROM _durable_meta WHERE k = 'name'", nil, func(r *sql.Rows) error { return r.Scan(&meta) })
+		err = st.QueryOwn("SELECT count(*) FROM main._durable_meta WHERE k = 'name'", nil, func(r *sql.Rows) error { return r.Scan(&meta) })
 	}
 	if err == nil && timers == 1 && running == 0 {
 		err = st.ExecOwn(timersUpgrade)
@@ -270,11 +270,11 @@ func (s *Storage) deleteAll(ctx context.Context, keepAlarm bool) error {
 	}
 	o := s.o
 	var drops []string
-	err = st.QueryOwn(`SELECT type, name FROM sqlite_schema WHERE name NOT LIKE 'sqlite_%' AND name <> '_durable_meta' AND type IN ('table', 'view') ORDER BY type = 'table'`,
+	err = st.QueryOwn(`SELECT type, name FROM main.sqlite_schema WHERE name NOT LIKE 'sqlite_%' AND name <> '_durable_meta' AND type IN ('table', 'view') ORDER BY type = 'table'`,
 		nil, func(rows *sql.Rows) error {
 			var typ, name string
 			err := rows.Scan(&typ, &name)
-			drops = append(drops, fmt.Sprintf("DROP %s IF EXISTS %s", strings.ToUpper(typ), quoteIdent(name)))
+			drops = append(drops, fmt.Sprintf("DROP %s IF EXISTS main.%s", strings.ToUpper(typ), quoteIdent(name)))
 			return err
 		})
 	if err != nil {

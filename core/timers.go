@@ -14,16 +14,16 @@ import (
 // facet's path). The one real alarm, the runtime's index, points at the earliest (SEMANTICS A1,
 // F5). Each row has its own retry state. A row being run is marked running, not removed, until the
 // run's last segment commits: after a crash it runs again.
-const timersSchema = `CREATE TABLE IF NOT EXISTS _durable_timers(
+const timersSchema = `CREATE TABLE IF NOT EXISTS main._durable_timers(
   owner TEXT NOT NULL, key TEXT NOT NULL,
   at INTEGER NOT NULL, retry INTEGER NOT NULL, first INTEGER NOT NULL,
   kind TEXT NOT NULL, payload BLOB, cron TEXT NOT NULL, missed INTEGER NOT NULL,
   running INTEGER NOT NULL DEFAULT 0,
   PRIMARY KEY(owner, key)) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS _durable_timers_at ON _durable_timers(at)`
+CREATE INDEX IF NOT EXISTS main._durable_timers_at ON _durable_timers(at)`
 
 // timersUpgrade adds the running column to a timers table made by an earlier version.
-const timersUpgrade = `ALTER TABLE _durable_timers ADD COLUMN running INTEGER NOT NULL DEFAULT 0`
+const timersUpgrade = `ALTER TABLE main._durable_timers ADD COLUMN running INTEGER NOT NULL DEFAULT 0`
 
 type timerKey struct{ owner, key string }
 
@@ -93,7 +93,7 @@ func (t *turn) putTimer(r timerRow) error {
 	if err != nil {
 		return err
 	}
-	if err := s.ExecOwn("INSERT OR REPLACE INTO _durable_timers("+timerCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+	if err := s.ExecOwn("INSERT OR REPLACE INTO main._durable_timers("+timerCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
 		r.owner, r.key, r.at, r.retry, r.first, r.kind, r.payload, r.cron, r.missed, r.running); err != nil {
 		return err
 	}
@@ -108,9 +108,9 @@ func (t *turn) delTimers(owner, key string, all bool) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	q, args := "DELETE FROM _durable_timers WHERE owner = ? AND key = ?", []any{owner, key}
+	q, args := "DELETE FROM main._durable_timers WHERE owner = ? AND key = ?", []any{owner, key}
 	if all {
-		q, args = "DELETE FROM _durable_timers WHERE owner = ? OR substr(owner, 1, ?) = ?", []any{owner, len(owner) + 1, owner + "/"}
+		q, args = "DELETE FROM main._durable_timers WHERE owner = ? OR substr(owner, 1, ?) = ?", []any{owner, len(owner) + 1, owner + "/"}
 	}
 	res, err := s.ExecOwnResult(q, args...)
 	if err != nil {
@@ -127,7 +127,7 @@ func (t *turn) queryTimers(where string, args ...any) ([]timerRow, error) {
 		return nil, err
 	}
 	var out []timerRow
-	err = s.QueryOwn("SELECT "+timerCols+" FROM _durable_timers WHERE "+where, args, func(rows *sql.Rows) error {
+	err = s.QueryOwn("SELECT "+timerCols+" FROM main._durable_timers WHERE "+where, args, func(rows *sql.Rows) error {
 		var r timerRow
 		err := rows.Scan(&r.owner, &r.key, &r.at, &r.retry, &r.first, &r.kind, &r.payload, &r.cron, &r.missed, &r.running)
 		out = append(out, r)
@@ -162,7 +162,7 @@ func (t *turn) dueTimer(now int64, skip map[timerKey]bool) (timerRow, bool, erro
 // run may not end), for the commit path.
 func (o *object) nextTimer() (alarmChange, error) {
 	var at sql.NullInt64
-	err := o.store.QueryOwn("SELECT min(at) FROM _durable_timers", nil, func(rows *sql.Rows) error { return rows.Scan(&at) })
+	err := o.store.QueryOwn("SELECT min(at) FROM main._durable_timers", nil, func(rows *sql.Rows) error { return rows.Scan(&at) })
 	return alarmChange{at: at.Int64, del: !at.Valid}, err
 }
 

@@ -253,7 +253,7 @@ func (o *object) runTurn(ctx context.Context, reentry bool, body func(*turn) err
 	}
 	if !o.built {
 		if err := o.construct(t); err != nil {
-			return err
+			return o.constructFailed(t, reentry, err)
 		}
 	}
 	return body(t)
@@ -329,7 +329,7 @@ func (t *turn) db() (*store, error) {
 	t.seg()
 	if o.store == nil {
 		o.ns.waitClosed(o.id)
-		st, fresh, err := openStore(o.place.db, o.rt.opts.Synchronous, o.rt.template)
+		st, fresh, err := o.openDB()
 		if err != nil {
 			return nil, fmt.Errorf("core: open database: %w", err)
 		}
@@ -348,7 +348,7 @@ func (t *turn) db() (*store, error) {
 		if o.fresh {
 			err := st.ExecOwn(runtimeSchema)
 			if err == nil {
-				err = st.ExecOwn(`INSERT OR IGNORE INTO _durable_meta(k, v) VALUES ('namespace', ?), ('name', ?)`, o.ns.name, o.name)
+				err = o.initMeta(st)
 			}
 			if err != nil {
 				return nil, o.poison(err)
@@ -475,6 +475,9 @@ func (o *object) commit() error {
 		if next, err = o.nextTimer(); err == nil && !next.del {
 			err = o.rt.sched.ensureIndexed(o.ns.name, o.id, o.name, next.at)
 		}
+	}
+	if err == nil && b.initMeta { // the batch creates the database: the catalog learns of it first
+		err = o.cataloged()
 	}
 	if err == nil {
 		err = o.store.ExecOwn("COMMIT")

@@ -1,0 +1,415 @@
+package core
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io/fs"
+	"iter"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/durable-go/durable/core/internal/alarmindex"
+	"modernc.org/sqlite"
+)
+
+// The catalog is a table of the runtime's file (_runtime.sqlite): every object (and facet) with a
+// database, by namespace and id, with its name, its file, when it was created, when it was last
+// active and its size. An object enters it durably with the commit that creates its database (one
+// group-committed write per new object, none per call); its activity and size are written lazily
+// when it is evicted. Like the alarm index, it is rebuilt from the objects' files if the runtime's
+// file is lost.
+
+// ObjectInfo is an object's entry in the catalog.
+type ObjectInfo struct {
+	Name       string
+	ID         string
+	Created    time.Time // when its database was created
+	LastActive time.Time // its last turn, to within the runtime's coarse clock; for an object not in memory, as of its eviction
+	Size       int64     // bytes of its database and WAL, as of its last eviction (0 if never evicted)
+}
+
+// ObjectListOptions page through Namespace.List: pass the last name of a page as After to get the next.
+type ObjectListOptions struct {
+	After string // list names after this one ("" from the start)
+	Limit int    // at most this many (default 100, at most 10,000)
+}
+
+// List returns the namespace's objects with storage, in name order (byte order), a page at a time.
+// It may be called at any time, from inside a turn or not; it reads the catalog, never an object.
+// An object whose first turn has not committed yet is not listed.
+func (n *Namespace[T]) List(ctx context.Context, opts ObjectListOptions) ([]ObjectInfo, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	rt := n.ns.rt
+	if rt.isClosed.Load() {
+		return nil, ErrClosed
+	}
+	limit := opts.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	es, err := rt.sched.ix.List(n.ns.name, opts.After, min(limit, 10000))
+	if err != nil {
+		return nil, fmt.Errorf("core: list %s: %w", n.ns.name, err)
+	}
+	out := make([]ObjectInfo, len(es))
+	for i, e := range es {
+		out[i] = ObjectInfo{Name: e.Name, ID: e.ID, Created: time.Unix(0, e.Created), LastActive: time.Unix(0, e.Active), Size: e.Size}
+		if active, ok := n.ns.residentActive(e.Name); ok && active.After(out[i].LastActive) {
+			out[i].LastActive = active
+		}
+	}
+	return out, nil
+}
+
+// All iterates over every object of the namespace with storage, in name order, reading the catalog
+// a page at a time. It stops at the first error, which it yields.
+func (n *Namespace[T]) All(ctx context.Context) iter.Seq2[ObjectInfo, error] {
+	return func(yield func(ObjectInfo, error) bool) {
+		after := ""
+		for {
+			page, err := n.List(ctx, ObjectListOptions{After: after, Limit: 1000})
+			if err != nil {
+				yield(ObjectInfo{}, err)
+				return
+			}
+			for _, o := range page {
+				if !yield(o, nil) {
+					return
+				}
+			}
+			if len(page) < 1000 {
+				return
+			}
+			after = page[len(page)-1].Name
+		}
+	}
+}
+
+// residentActive returns the last activity of the object called name if it is in memory.
+func (ns *namespace) residentActive(name string) (time.Time, bool) {
+	ns.mu.Lock()
+	o := ns.objects[name]
+	ns.mu.Unlock()
+	if o == nil {
+		return time.Time{}, false
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.held {
+		return o.rt.coarseNow(), true
+	}
+	return o.lastActive, true
+}
+
+// initMeta writes a new database's identity: the runtime's tables are there, in the batch's
+// transaction.
+func (o *object) initMeta(st *store) error {
+	return st.ExecOwn(`INSERT OR IGNORE INTO main._durable_meta(k, v) VALUES ('namespace', ?), ('name', ?), ('created', ?)`,
+		o.ns.name, o.name, o.rt.now().UnixNano())
+}
+
+// catalogEntry is the object's catalog entry as of now.
+func (o *object) catalogEntry() alarmindex.Object {
+	rel, err := filepath.Rel(o.rt.dir, o.place.db)
+	if err != nil {
+		rel = o.place.db
+	}
+	now := o.rt.now().UnixNano()
+	return alarmindex.Object{Namespace: o.ns.name, ID: o.id, Name: o.name, File: rel, Created: now, Active: now}
+}
+
+// cataloged enters a new object in the catalog, durably, before the commit that creates it: the
+// catalog knows every object with committed data.
+func (o *object) cataloged() error {
+	return o.rt.sched.ix.Catalog(o.catalogEntry(), true)
+}
+
+// touchCatalog records the object's last activity and size as it leaves memory (lazily).
+func (o *object) touchCatalog() {
+	o.mu.Lock()
+	active := o.lastActive
+	o.mu.Unlock()
+	o.rt.sched.ix.Touch(o.ns.name, o.id, active.UnixNano(), fileSize(o.place.db))
+}
+
+// fileSize is the size of a database with its WAL.
+func fileSize(path string) int64 {
+	var n int64
+	for _, suffix := range []string{"", "-wal"} {
+		if fi, err := os.Stat(path + suffix); err == nil {
+			n += fi.Size()
+		}
+	}
+	return n
+}
+
+// openDB opens the object's database, refusing one that is damaged: missing although the catalog
+// knows it, empty, or failing SQLite's quick check. A missing file with a WAL left is opened (SQLite
+// recovers the committed pages from the WAL) and checked.
+func (o *object) openDB() (*store, bool, error) {
+	path := o.place.db
+	fi, err := os.Stat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if fileSize(path) == 0 { // no WAL either
+			_, known, err := o.rt.sched.ix.Lookup(o.ns.name, o.id)
+			if err != nil {
+				return nil, false, err
+			}
+			if known {
+				return nil, false, &DamagedError{Path: path, Reason: "missing, although the catalog lists the object"}
+			}
+		}
+	case err != nil:
+		return nil, false, err
+	case fi.Size() == 0:
+		return nil, false, &DamagedError{Path: path, Reason: "empty (0 bytes)"}
+	}
+	st, fresh, err := openStore(path, o.rt.opts.Synchronous, o.rt.template)
+	if err == nil {
+		var check string
+		err = st.QueryOwn("PRAGMA main.quick_check(1)", nil, func(r *sql.Rows) error { return r.Scan(&check) })
+		if err == nil && check != "ok" {
+			st.Close()
+			return nil, false, &DamagedError{Path: path, Reason: "quick check: " + check}
+		}
+		if err != nil {
+			st.Close()
+		}
+	}
+	if err != nil {
+		if isCorrupt(err) {
+			return nil, false, &DamagedError{Path: path, Reason: err.Error()}
+		}
+		return nil, false, err
+	}
+	return st, fresh, nil
+}
+
+// isCorrupt reports whether err is SQLite's verdict that a file is not a sound database.
+func isCorrupt(err error) bool {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	switch se.Code() & 0xff {
+	case 11, 26: // SQLITE_CORRUPT, SQLITE_NOTADB
+		return true
+	}
+	return false
+}
+
+// Quarantine moves an object's files (its database, WAL, and its facets' directory) out of the way,
+// into Dir/_quarantine/<namespace>/<id>-<time>/, and forgets it (catalog, alarm index): the next
+// call to the name starts a new, empty object. It returns the directory the files went to. Use it
+// for an object that refuses with ErrDamaged, before restoring it (Runtime.Restore) or to let it
+// start again empty. It waits for the object's gate, so no turn of it runs meanwhile.
+func (rt *Runtime) Quarantine(ctx context.Context, namespace, name string) (string, error) {
+	var dest string
+	err := rt.holdObject(ctx, "quarantine", namespace, name, func(o *object) error {
+		var err error
+		dest, err = o.quarantine()
+		return err
+	})
+	return dest, err
+}
+
+// Restore replaces an object's database with the file at src (an object's file from a backup, or
+// one written by Stub.Export), after checking it: the object's current files, if any, are
+// quarantined first. The object's alarm comes back with it. It waits for the object's gate.
+func (rt *Runtime) Restore(ctx context.Context, namespace, name, src string) error {
+	return rt.holdObject(ctx, "restore", namespace, name, func(o *object) error {
+		path := o.place.db
+		if err := copyFileSync(src, path+".restore"); err != nil {
+			return err
+		}
+		defer os.Remove(path + ".restore")
+		if err := checkDBFile(path + ".restore"); err != nil {
+			return err
+		}
+		if fileSize(path) > 0 || dirExists(o.place.facets) {
+			if _, err := o.quarantine(); err != nil {
+				return err
+			}
+		}
+		if err := os.Rename(path+".restore", path); err != nil {
+			return err
+		}
+		syncDir(filepath.Dir(path))
+		e := o.catalogEntry()
+		e.Size = fileSize(path)
+		if err := o.rt.sched.ix.Catalog(e, true); err != nil {
+			return err
+		}
+		// The restored timers: a run of the object tells the scheduler.
+		return o.runTurnNoCtor(func(t *turn) error {
+			return o.invoke(t, func(context.Context, any) error {
+				_, err := t.db()
+				t.timers = true
+				return err
+			})
+		})
+	})
+}
+
+// quarantine moves the object's files aside and forgets it. The gate is held and the database
+// closed.
+func (o *object) quarantine() (string, error) {
+	rt := o.rt
+	dest := filepath.Join(rt.dir, "_quarantine", o.ns.name, o.id+"-"+rt.now().UTC().Format("20060102T150405.000000000Z"))
+	if err := os.MkdirAll(dest, 0o755); err != nil {
+		return "", err
+	}
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		if err := os.Rename(o.place.db+suffix, filepath.Join(dest, o.id+".sqlite"+suffix)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return "", err
+		}
+	}
+	if err := os.Rename(o.place.facets, filepath.Join(dest, o.id+".facets")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", err
+	}
+	syncDir(filepath.Dir(o.place.db))
+	syncDir(dest)
+	if rel, err := filepath.Rel(rt.dir, o.place.facets); err == nil {
+		if err := rt.sched.ix.ForgetUnder(rel + string(filepath.Separator)); err != nil {
+			return "", err
+		}
+	}
+	if err := rt.sched.ix.Forget(o.ns.name, o.id); err != nil {
+		return "", err
+	}
+	rt.sched.committed(o.ns.name, o.id, o.name, alarmChange{del: true})
+	rt.log.Warn("object quarantined", "event", "quarantined", "namespace", o.ns.name, "name", o.name, "to", dest)
+	return dest, nil
+}
+
+// holdObject runs fn holding the gate of a registered namespace's object, without building its
+// instance, with its database closed.
+func (rt *Runtime) holdObject(ctx context.Context, op, namespace, name string, fn func(o *object) error) error {
+	fail := func(err error) error { return &Error{Op: op, Namespace: namespace, Name: name, Err: err} }
+	rt.mu.RLock()
+	ns := rt.namespaces[namespace]
+	rt.mu.RUnlock()
+	if ns == nil {
+		return fail(fmt.Errorf("core: namespace %q is not registered", namespace))
+	}
+	if err := validateName(name); err != nil {
+		return fail(err)
+	}
+	if err := rt.enter(); err != nil {
+		return fail(err)
+	}
+	defer rt.leave()
+	id := objectID(namespace, name)
+	err := viaCaller(ctx, func(ctx context.Context) error {
+		return ns.with(name, id, placement{}, func(o *object) error {
+			return o.hold(ctx, func() error {
+				if o.store != nil {
+					o.store.Close()
+					o.store = nil
+					o.hasStore.Store(false)
+					rt.stats.openDBs.Add(-1)
+				}
+				o.inst, o.built = nil, false
+				ns.waitClosed(o.id)
+				return fn(o)
+			})
+		})
+	})
+	if err != nil {
+		return fail(err)
+	}
+	return nil
+}
+
+// hold runs fn holding the object's gate, as a turn that builds no instance and runs no code of the
+// object's, with no batch open (one handed over with the gate is committed first). fn may run turns
+// of its own through runTurnNoCtor.
+func (o *object) hold(ctx context.Context, fn func() error) error {
+	t := &turn{Context: ctx, o: o}
+	if err := o.acquire(t, false); err != nil {
+		return err
+	}
+	if o.batch != nil { // the gate came with a batch open for us to join: commit it first
+		if err := o.commit(); err != nil {
+			o.release()
+			return err
+		}
+	}
+	o.holding = t
+	defer func() {
+		o.holding = nil
+		if b := o.batch; b != nil {
+			o.commit()
+		}
+		o.release()
+	}()
+	return fn()
+}
+
+// runTurnNoCtor runs body as a turn of the object whose gate hold holds, and commits it.
+func (o *object) runTurnNoCtor(body func(t *turn) error) error {
+	t := o.holding
+	err := body(t)
+	if o.batch != nil {
+		if cerr := o.commit(); err == nil {
+			err = cerr
+		}
+	}
+	return err
+}
+
+func dirExists(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.IsDir()
+}
+
+// syncDir makes a directory's entries durable (best effort: some systems cannot sync directories).
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+}
+
+// copyFileSync copies src to dst and syncs dst.
+func copyFileSync(src, dst string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// checkDBFile opens a database file on its own and runs SQLite's quick check on it.
+func checkDBFile(path string) error {
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	var check string
+	if err := db.QueryRow("PRAGMA main.quick_check(1)").Scan(&check); err != nil {
+		return &DamagedError{Path: path, Reason: err.Error()}
+	}
+	if check != "ok" {
+		return &DamagedError{Path: path, Reason: "quick check: " + check}
+	}
+	return nil
+}

@@ -1,0 +1,15 @@
+//go:build !unix
+
+package core
+
+import (
+	"errors"
+	"os"
+)
+
+var errLockHeld = errors.New("lock held")
+
+// tryLock has no OS lock to take on this system: the directory is not protected.
+func tryLock(*os.File) error { return nil }
+
+func unlockFile(*os.File) {}
