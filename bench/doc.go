@@ -34,6 +34,9 @@
 //     its baseline to read the overhead.
 //   - BenchmarkLostUpdates: SEMANTICS C2 as a number: updates lost when a
 //     turn awaits between its read and its write, and none when it does not.
+//   - BenchmarkBackup: Runtime.Backup of 200 objects of about 128 KB while 16
+//     callers write to them: the backup's rate, and the write load's rate
+//     before and during it, in the same run.
 //
 // Every benchmark opens its own runtime over a fresh temporary directory
 // and closes it.
@@ -59,6 +62,9 @@
 //     objects). rss-B/resident-object: the process's resident set growth
 //     per object, which includes SQLite's own memory (allocated outside the
 //     Go heap by modernc.org/libc) and the page cache of its files' maps.
+//   - MB/s, objects/s (Backup): bytes and objects copied per second of
+//     backup. calls/s-before, calls/s-during: the write load's calls per
+//     second over 1 s before the backups and over the backups.
 //   - lost-updates: reservations that reported success but whose decrement
 //     was overwritten, per round of 50 concurrent reservations.
 //
