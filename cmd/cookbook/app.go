@@ -104,6 +104,7 @@ func (a *app) handler() http.Handler {
 	add("GET", "/session/end", "end a session now (?id=)", a.sessionEnd)
 	add("GET", "/counter/record", "count n hits on a link, flushed 30 s later (?link=&n=1)", a.counterRecord)
 	add("GET", "/counter/stats", "a link's total and what the analytics store holds (?link=)", a.counterStats)
+	add("GET", "/objects", "a namespace's objects with storage, from the runtime's catalog (?ns=lab&after=&limit=20)", a.objects)
 	add("GET", "/routes", "this list", func(*http.Request) (any, error) { return map[string]any{"routes": rt.list()}, nil })
 	return withLimits(a.log, rt)
 }

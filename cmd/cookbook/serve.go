@@ -39,12 +39,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, ready f
 		}
 		return err
 	}
+	chosen := false
+	fs.Visit(func(f *flag.Flag) { chosen = chosen || f.Name == "data" })
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	opts := core.Options{Dir: *data, Logger: log}
 	if *fast {
 		opts.AlarmRetry = fastRetry
 	}
-	rt, err := core.Open(opts)
+	rt, err := openData(opts, chosen, stdout)
 	if err != nil {
 		return err
 	}
@@ -88,6 +90,28 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, ready f
 		serveErr = nil
 	}
 	return errors.Join(serveErr, shutErr, rt.Shutdown(sctx), a.Close())
+}
+
+// openData opens the runtime over opts.Dir. A directory held by another
+// runtime (another workshop server, say) is refused with a message saying
+// who holds it and what to do; the default directory, when held, gives way
+// to a directory of this run's own, next to it, which this run keeps.
+func openData(opts core.Options, chosen bool, stdout io.Writer) (*core.Runtime, error) {
+	rt, err := core.Open(opts)
+	var le *core.LockedError
+	if !errors.As(err, &le) {
+		return rt, err
+	}
+	if chosen {
+		return nil, fmt.Errorf("%w\n  another server (or a test) runs on it: stop it, or pass another -data DIR", err)
+	}
+	own, merr := os.MkdirTemp(filepath.Dir(opts.Dir), filepath.Base(opts.Dir)+"-run-")
+	if merr != nil {
+		return nil, errors.Join(err, merr)
+	}
+	fmt.Fprintf(stdout, "cookbook: %v\n  this run uses a data directory of its own: %s (pass -data DIR to choose)\n", err, own)
+	opts.Dir = own
+	return core.Open(opts)
 }
 
 // defaultDataDir is a directory in the user's cache, or ./cookbook-data.
