@@ -18,7 +18,8 @@
 // Await and BlockConcurrencyWhile, clock, alarm and schedule); Storage is its database (Rows, Row,
 // Result, the KV methods, Migrate). Objects may implement Alarmer, TimerHandler, Fetcher and the WebSocket
 // handlers; a WebSocket is a handle to a connection the runtime owns. FacetKind hosts child
-// objects. Errors are *Error values; DeadLetter records an alarm given up.
+// objects. Errors are *Error values; DeadLetter records an alarm given up; ObjectInfo is an entry of
+// the catalog; BackupProgress reports a backup.
 //
 // # The turn's context
 //
@@ -43,7 +44,8 @@
 //     share one transaction and one fsync (group commit); an idle object commits at once.
 //   - Alarms are durable and delivered at least once, whatever the handler awaits: a timer stays
 //     stored (marked running) until its run's last segment commits; see Alarmer and RetryPolicy. An
-//     alarm out of retries goes to a dead-letter table (Runtime.DeadLetters), never vanishes.
+//     alarm out of retries goes to a dead-letter table (Runtime.DeadLetters), never vanishes; so
+//     does one whose object's constructor keeps failing.
 //   - No silent deadlocks. A call, TriggerAlarm or Rearm that would wait for a gate held by a turn
 //     waiting for the caller fails at once with ErrDeadlock.
 //
@@ -77,14 +79,29 @@
 // Objects idle for Options.IdleTimeout (10 s) are evicted (database closed, instance dropped); the
 // next event runs the constructor again, as the first turn, with the gate closed. Past
 // Options.MaxOpenObjects open databases, the least recently used idle objects are evicted early.
-// Dir/_runtime.sqlite holds the alarm index and the dead letters.
+// Dir/_runtime.sqlite holds the alarm index, the dead letters and the catalog.
+//
+// # The data directory
+//
+// One runtime owns a directory: Open takes an OS lock (Dir/_runtime.lock), and a second Open fails
+// at once with a *LockedError (ErrLocked) naming the holder's PID. The catalog lists every object
+// with a database (Namespace.List, Namespace.All): an object enters it with the commit that creates
+// its database. The runtime's file is derived state: missing, empty or damaged, it is rebuilt at
+// Open from the objects' own tables (alarms from their timers, dead letters from the copy each
+// keeps, the catalog from their identities), the damaged one moved aside. An object the catalog
+// knows whose database is missing or empty, or fails SQLite's quick check when opened, refuses with
+// ErrDamaged (a *DamagedError naming the file); Runtime.Quarantine and Runtime.Restore repair it.
+// Runtime.Backup writes a consistent copy of a running directory, each object through its gate;
+// the copy opens as a directory, an interrupted one is refused with ErrIncompleteBackup.
+// Stub.Export writes one object's database to a writer.
 //
 // # Errors
 //
 // Errors from Call are *Error values naming the object. The object's own errors (returned or
 // panicked) are wrapped in *RemoteError (IsRemote); ErrOverloaded and ErrCommitFailed are retryable
 // (IsRetryable); ErrClosed means the runtime is closing; ErrSQLNotAllowed refuses SQL taking over
-// the runtime's transactions or files.
+// the runtime's transactions, files or tables (TEMP objects of its names and triggers on its tables
+// included); ErrDamaged refuses an object whose database is damaged.
 //
 // # Shutdown
 //
@@ -99,7 +116,6 @@
 //     turn that passes its own context, the runtime finds the hidden caller on the goroutine's
 //     stack and refuses with ErrDeadlock; a call made with another context straight back to the
 //     calling object itself cannot be told from an outside caller, and waits for ever.
-//   - One Runtime per data directory: two processes on one directory break the one-instance rule.
 //   - A turn failing after an Await rolls back only what follows it: Await commits the turn so far.
 //   - A failing alarm run keeps none of its writes (the original keeps them): commit an attempt
 //     log with an Await before the work that may fail. The project's SEMANTICS.md lists every
