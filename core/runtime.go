@@ -141,6 +141,7 @@ type Runtime struct {
 	clock    atomic.Int64 // the coarse runtime clock, unix ns, updated by the janitor
 	uses     atomic.Int64 // a sequence stamped on objects as they go idle, for LRU
 	closing  sync.Map     // *object -> time.Time: evicted databases being closed
+	shedding sync.Mutex   // held by the one caller of shed evicting
 	sched    *scheduler
 	template func() ([]byte, error) // an empty object database, built once
 	ws       wsHub                  // the WebSocket connections
@@ -425,10 +426,16 @@ func (rt *Runtime) evictIdle(now time.Time) {
 	}
 }
 
-// shed evicts the least recently used idle objects while more than MaxOpenObjects databases are
-// open.
+// shed evicts the least recently used idle objects once more than MaxOpenObjects databases are
+// open, down to shedTarget, so that the scan of the resident objects it costs is paid once per
+// many activations, not by each. The databases close in the background (evict). One caller sheds
+// at a time; the others go on, as the one shedding evicts for them too.
 func (rt *Runtime) shed() {
-	over := rt.stats.openDBs.Load() - int64(rt.opts.MaxOpenObjects)
+	if rt.stats.openDBs.Load() <= int64(rt.opts.MaxOpenObjects) || !rt.shedding.TryLock() {
+		return
+	}
+	defer rt.shedding.Unlock()
+	over := rt.stats.openDBs.Load() - int64(rt.shedTarget())
 	if over <= 0 {
 		return
 	}
@@ -452,6 +459,9 @@ func (rt *Runtime) shed() {
 		}
 	}
 }
+
+// shedTarget is the number of open databases shed leaves: MaxOpenObjects less one in 16.
+func (rt *Runtime) shedTarget() int { return rt.opts.MaxOpenObjects - rt.opts.MaxOpenObjects/16 }
 
 // now is the runtime's clock.
 func (rt *Runtime) now() time.Time { return rt.opts.Now() }
