@@ -2,7 +2,10 @@ package bench
 
 import (
 	"context"
+	"database/sql"
+	"net/url"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -38,7 +41,11 @@ import (
 // created, one commit). Past MaxOpenObjects (1,024) it includes evicting
 // the least recently used objects, as a server creating objects would.
 func BenchmarkActivate(b *testing.B) {
-	b.Run("object=evicted", benchActivateEvicted)
+	b.Run("object=evicted/impl=runtime", benchActivateEvicted)
+	b.Run("object=evicted/impl=bare", benchActivateBare)
+	for _, mb := range []int{0, 5, 10, 50} {
+		b.Run("history="+strconv.Itoa(mb)+"MB", func(b *testing.B) { benchActivateHistory(b, mb) })
+	}
 	b.Run("object=evicted-lru", benchActivateLRU)
 	b.Run("object=new/callers=16", func(b *testing.B) { benchActivateNew(b, 16) })
 }
@@ -130,4 +137,86 @@ func benchActivateNew(b *testing.B, callers int) {
 		}
 		return core.Do(ctx, s, nopCall)
 	})
+}
+
+// benchActivateBare is object=evicted's baseline: bare SQLite reopens the
+// same files, as the runtime opens them (synchronous=FULL, busy_timeout),
+// and reads row 1, as the constructor does. The latency is of the open and
+// the read; the close (SQLite checkpoints the file) is not in it.
+func benchActivateBare(b *testing.B) {
+	const pool = 256
+	dir := b.TempDir()
+	rt := openRuntime(b, core.Options{Dir: dir})
+	activate(b, registerTables(b, rt, pool))
+	closeRuntime(b, rt)
+	files, err := objectFiles(dir, "tables", pool)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	lat := make([]time.Duration, 0, 4096)
+	for b.Loop() {
+		start := time.Now()
+		u := url.URL{Scheme: "file", Path: files[len(lat)%pool]}
+		db, err := sql.Open("sqlite", u.String()+"?_pragma=synchronous(FULL)&_pragma=busy_timeout(10000)")
+		if err != nil {
+			b.Fatal(err)
+		}
+		var v string
+		if err := db.QueryRow(selectFirst).Scan(&v); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(start))
+		if err := db.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	reportLatency(b, lat)
+}
+
+// benchActivateHistory measures an object that has written mb MiB over its
+// life (rows of 4 KiB, 16 to a turn, one object), then was evicted: each
+// round opens a runtime over its directory (untimed), activates it
+// (p50-activate-us) and closes the runtime, which closes its database
+// (p50-close-us). history=0MB is a new object with one row: the others
+// should cost what it costs, however old they are.
+func benchActivateHistory(b *testing.B, mb int) {
+	dir := b.TempDir()
+	ctx := context.Background()
+	rt := openRuntime(b, core.Options{Dir: dir})
+	s := registerTables(b, rt, 1)[0]
+	activate(b, []*core.Stub[*table]{s})
+	row := strings.Repeat("h", 4096)
+	for range mb * 16 { // 16 turns of 16 rows of 4 KiB per MiB
+		err := core.Do(ctx, s, func(ctx context.Context, t *table) error {
+			for range 16 {
+				if _, err := t.st.Storage().Exec(ctx, insertRow, row); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	closeRuntime(b, rt)
+	b.ReportAllocs()
+	var act, cl []time.Duration
+	for b.Loop() {
+		b.StopTimer()
+		rt := openRuntime(b, core.Options{Dir: dir})
+		s := registerTables(b, rt, 1)[0]
+		b.StartTimer()
+		start := time.Now()
+		if err := core.Do(ctx, s, nopCall); err != nil {
+			b.Fatal(err)
+		}
+		act = append(act, time.Since(start))
+		start = time.Now()
+		closeRuntime(b, rt)
+		cl = append(cl, time.Since(start))
+	}
+	b.ReportMetric(float64(percentile(act, 0.50))/float64(time.Microsecond), "p50-activate-us")
+	b.ReportMetric(float64(percentile(cl, 0.50))/float64(time.Microsecond), "p50-close-us")
 }
