@@ -95,6 +95,14 @@
 // the copy opens as a directory, an interrupted one is refused with ErrIncompleteBackup.
 // Stub.Export writes one object's database to a writer.
 //
+// A database is WAL with synchronous=FULL by default: a commit is durable once its write-ahead log
+// is fsynced. So an evicted object's database closes without a checkpoint (the log is kept, and
+// read back at the next activation, as after a crash), except that a log past 128 KiB is
+// checkpointed into the database and truncated first: an object that wrote gigabytes over its
+// life activates and closes as fast as a new one. With synchronous=NORMAL the close checkpoints.
+// The runtime holds each open database's file lock (SQLite's exclusive locking mode): another
+// process reading an object's file while it is open waits, then fails with SQLITE_BUSY.
+//
 // # Errors
 //
 // Errors from Call are *Error values naming the object. The object's own errors (returned or

@@ -1,0 +1,32 @@
+#!/bin/bash
+# compare.sh REV [COUNT]: the storage figures of the runtime at REV (old)
+# against the work tree (new), from the same benchmark code, COUNT (5)
+# interleaved runs of each, so that a shared machine's load falls on both
+# alike. Results go to old.txt and new.txt in $OUT (a temporary directory);
+# read medians with benchstat, or the ratios to the baselines in each run.
+# DURABLE_BENCH_LARGE=1 adds the 100,000-object cases.
+set -euo pipefail
+rev=${1:?usage: compare.sh REV [COUNT]}
+count=${2:-5}
+root=$(git rev-parse --show-toplevel)
+OUT=${OUT:-$(mktemp -d)}
+old=$OUT/old-tree
+git -C "$root" worktree add --detach "$old" "$rev" >/dev/null
+trap 'git -C "$root" worktree remove --force "$old"' EXIT
+cp "$root"/bench/*_test.go "$old/bench/"
+(cd "$old" && go test -c -o "$OUT/bench.old" ./bench)
+(cd "$root" && go test -c -o "$OUT/bench.new" ./bench)
+for i in $(seq "$count"); do
+	for v in old new; do
+		export DURABLE_BENCH_DIR=$OUT/dirs-$v
+		mkdir -p "$DURABLE_BENCH_DIR"
+		uptime >>"$OUT/uptime.txt"
+		run() { "$OUT/bench.$v" -test.run '^$' "$@" >>"$OUT/$v.txt" 2>&1; }
+		run -test.bench 'Activate/object=evicted/' -test.benchtime 400x
+		run -test.bench 'Activate/history=' -test.benchtime 40x
+		run -test.bench 'ManyKeys' -test.benchtime 4000x
+		run -test.bench 'AlarmFire' -test.benchtime 1x
+		run -test.bench 'AlarmLateness|AlarmPending' -test.benchtime 1x
+	done
+done
+echo "$OUT"
