@@ -219,14 +219,18 @@ func noCheckpointOnClose(dc any) bool {
 	return sqlite3.Xsqlite3_db_config(t, h, sqlite3.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, libc.VaList(va, int32(1), uintptr(0))) == sqlite3.SQLITE_OK
 }
 
-// Close closes the statements and the database. A write-ahead log kept at close (see Open) that has
-// grown past WALTrim is checkpointed into the database and truncated first.
+// Close closes the statements and the database. A write-ahead log that is not kept at close (see
+// Open), or has grown past WALTrim, is checkpointed into the database and truncated first, before
+// the connection closes under fileOps: its fsyncs do not hold up other opens and closes.
 func (s *DB) Close() error {
 	var ckpt error
-	if s.keepWAL {
-		if fi, err := os.Stat(s.path + "-wal"); err == nil && fi.Size() > WALTrim {
-			ckpt = s.ExecOwn("PRAGMA wal_checkpoint(TRUNCATE)")
-		}
+	trim := !s.keepWAL
+	if !trim {
+		fi, err := os.Stat(s.path + "-wal")
+		trim = err == nil && fi.Size() > WALTrim
+	}
+	if trim {
+		ckpt = s.ExecOwn("PRAGMA wal_checkpoint(TRUNCATE)")
 	}
 	for _, st := range s.stmts {
 		st.Close()
