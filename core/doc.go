@@ -100,8 +100,6 @@
 // read back at the next activation, as after a crash), except that a log past 128 KiB is
 // checkpointed into the database and truncated first: an object that wrote gigabytes over its
 // life activates and closes as fast as a new one. With synchronous=NORMAL the close checkpoints.
-// The runtime holds each open database's file lock (SQLite's exclusive locking mode): another
-// process reading an object's file while it is open waits, then fails with SQLITE_BUSY.
 //
 // # Errors
 //

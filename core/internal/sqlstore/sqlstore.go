@@ -144,12 +144,8 @@ func Open(path, synchronous, prefix string, template func() ([]byte, error)) (*D
 		}
 	}
 	// No journal_mode pragma: the template's header says WAL already, and WAL mode persists.
-	// locking_mode EXCLUSIVE, before anything reads the database: the connection is the file's only
-	// one (one runtime per directory, one instance per object), so it takes the file's lock once and
-	// keeps the log's index in its own memory: no -shm file to map, truncate and lock on every open,
-	// under SQLite's process-wide lock on files.
 	u := url.URL{Scheme: "file", Path: path}
-	db, err := sql.Open("sqlite", u.String()+"?_pragma=locking_mode(EXCLUSIVE)&_pragma=synchronous("+synchronous+")&_pragma=busy_timeout(10000)")
+	db, err := sql.Open("sqlite", u.String()+"?_pragma=synchronous("+synchronous+")&_pragma=busy_timeout(10000)")
 	if err != nil {
 		return nil, err
 	}
@@ -183,9 +179,8 @@ func Open(path, synchronous, prefix string, template func() ([]byte, error)) (*D
 		return nil
 	})
 	if err == nil {
-		// Set after the locking mode (the driver runs DSN pragmas in name order, and these read the
-		// schema). journal_size_limit: a checkpoint at close truncates the log to zero bytes, and a
-		// log that restarts is cut back to WALTrim.
+		// journal_size_limit: a checkpoint at close truncates the log to zero bytes, and a log that
+		// restarts is cut back to WALTrim.
 		s.internal = true
 		_, err = s.conn.ExecContext(context.Background(), fmt.Sprintf("PRAGMA cache_size = %d; PRAGMA journal_size_limit = %d", cachePages, WALTrim))
 		s.internal = false
