@@ -98,8 +98,9 @@
 // A database is WAL with synchronous=FULL by default: a commit is durable once its write-ahead log
 // is fsynced. So an evicted object's database closes without a checkpoint (the log is kept, and
 // read back at the next activation, as after a crash), except that a log past 128 KiB is
-// checkpointed into the database and truncated first: an object that wrote gigabytes over its
-// life activates and closes as fast as a new one. With synchronous=NORMAL the close checkpoints.
+// checkpointed into the database and truncated first: however much an object wrote over its life,
+// its close and the reading of its log at the next activation stay short. With synchronous=NORMAL
+// the close checkpoints.
 //
 // # Errors
 //
