@@ -6,7 +6,9 @@
 //	go test -run '^$' -bench . -count 5 ./bench | tee bench.txt
 //	go run golang.org/x/perf/cmd/benchstat@latest bench.txt
 //
-// A smoke run that executes every benchmark once takes a few seconds:
+// A smoke run that executes every benchmark once takes a few minutes, most
+// of them building the 10,000-object directories of ManyKeys and AlarmFire
+// (DURABLE_BENCH_DIR keeps them for the next run):
 //
 //	go test -run '^$' -bench . -benchtime 1x ./bench
 //
