@@ -24,9 +24,13 @@
 //   - BenchmarkActivate: the latency of activating an evicted object (open
 //     its database, run its constructor), beside bare SQLite reopening the
 //     same files and reading row 1 (object=evicted/impl=bare); the latency
-//     of activating and closing an object that wrote 0, 5, 10 or 50 MiB over
-//     its life (history=NMB: old objects should cost what new ones do);
-//     and the rate at which new objects with storage are created.
+//     of activating an object that wrote 0, 5, 10 or 50 MiB over its life
+//     (history=NMB: old objects should cost what new ones do), after an
+//     eviction by a running runtime (after=eviction) and as a restarted
+//     process's first call, with the runtime's close (after=restart: a
+//     runtime's first open of a file runs SQLite's quick check, which reads
+//     every page, so that case grows with the file); and the rate at which
+//     new objects with storage are created.
 //   - BenchmarkResident: the memory an idle resident object with an open
 //     database costs, from the Go heap and from the process's RSS.
 //   - BenchmarkManyKeys: durable writes spread over 1,000, 10,000 (and

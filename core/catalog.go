@@ -150,7 +150,9 @@ func fileSize(path string) int64 {
 
 // openDB opens the object's database, refusing one that is damaged: missing although the catalog
 // knows it, empty, or failing SQLite's quick check. A missing file with a WAL left is opened (SQLite
-// recovers the committed pages from the WAL) and checked.
+// recovers the committed pages from the WAL) and checked. The quick check reads every page, so it
+// runs on a file's first open by this runtime only: while the runtime holds the directory's lock,
+// the file changes only through it, and later activations cost the same whatever the object's size.
 func (o *object) openDB() (*store, bool, error) {
 	path := o.place.db
 	fi, err := os.Stat(path)
@@ -171,7 +173,7 @@ func (o *object) openDB() (*store, bool, error) {
 		return nil, false, &DamagedError{Path: path, Reason: "empty (0 bytes)"}
 	}
 	st, fresh, err := openStore(path, o.rt.opts.Synchronous, o.rt.template)
-	if err == nil {
+	if _, done := o.rt.checked.Load(path); err == nil && !fresh && !done {
 		var check string
 		err = st.QueryOwn("PRAGMA main.quick_check(1)", nil, func(r *sql.Rows) error { return r.Scan(&check) })
 		if err == nil && check != "ok" {
@@ -188,6 +190,7 @@ func (o *object) openDB() (*store, bool, error) {
 		}
 		return nil, false, err
 	}
+	o.rt.checked.Store(path, struct{}{})
 	return st, fresh, nil
 }
 
@@ -275,6 +278,7 @@ func (o *object) quarantine() (string, error) {
 	}
 	syncDir(filepath.Dir(o.place.db))
 	syncDir(dest)
+	rt.checked.Delete(o.place.db)
 	if rel, err := filepath.Rel(rt.dir, o.place.facets); err == nil {
 		if err := rt.sched.ix.ForgetUnder(rel + string(filepath.Separator)); err != nil {
 			return "", err

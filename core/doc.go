@@ -89,7 +89,7 @@
 // its database. The runtime's file is derived state: missing, empty or damaged, it is rebuilt at
 // Open from the objects' own tables (alarms from their timers, dead letters from the copy each
 // keeps, the catalog from their identities), the damaged one moved aside. An object the catalog
-// knows whose database is missing or empty, or fails SQLite's quick check when opened, refuses with
+// knows whose database is missing or empty, or fails SQLite's quick check when first opened, refuses with
 // ErrDamaged (a *DamagedError naming the file); Runtime.Quarantine and Runtime.Restore repair it.
 // Runtime.Backup writes a consistent copy of a running directory, each object through its gate;
 // the copy opens as a directory, an interrupted one is refused with ErrIncompleteBackup.

@@ -141,6 +141,7 @@ type Runtime struct {
 	clock    atomic.Int64 // the coarse runtime clock, unix ns, updated by the janitor
 	uses     atomic.Int64 // a sequence stamped on objects as they go idle, for LRU
 	closing  sync.Map     // *object -> time.Time: evicted databases being closed
+	checked  sync.Map     // database path -> struct{}: passed its quick check in this runtime
 	shedding sync.Mutex   // held by the one caller of shed evicting
 	sched    *scheduler
 	template func() ([]byte, error) // an empty object database, built once
