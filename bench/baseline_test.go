@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -27,7 +28,20 @@ const batchSize = 64
 //   - txn=per-insert/files=1000/callers=64 spreads one-insert transactions
 //     over 1,000 files from 64 goroutines, which is what the disk allows
 //     across files: compare BenchmarkManyKeys.
+//   - gate=fifo/callers=N runs an empty call through a bare FIFO hand-off
+//     gate (a mutex and a queue of parked waiters, no runtime) from N
+//     goroutines: compare BenchmarkForward/callers=N.
 func BenchmarkBaseline(b *testing.B) {
+	for _, callers := range callerCounts {
+		b.Run("gate=fifo/callers="+strconv.Itoa(callers), func(b *testing.B) {
+			var g fifoGate
+			var sink atomic.Int64
+			runCallers(b, callers, "calls/s", func(context.Context) error {
+				g.do(func() { sink.Add(1) })
+				return nil
+			})
+		})
+	}
 	b.Run("txn=per-insert", func(b *testing.B) {
 		db := mustOpenBare(b, filepath.Join(b.TempDir(), "bare.sqlite"))
 		defer db.close(b)
@@ -144,4 +158,61 @@ func (d *bareDB) close(b *testing.B) {
 	if err := errors.Join(d.ins.Close(), d.db.Close()); err != nil {
 		b.Error(err)
 	}
+}
+
+// fifoGate is the bare gate the turn gate is measured against: a mutex and
+// a FIFO of parked waiters (recycled, so that it allocates nothing); the
+// holder hands the gate to the first waiter directly. The call runs on the
+// caller's goroutine, and there is nothing else: no context, no storage,
+// no output.
+type fifoGate struct {
+	mu         sync.Mutex
+	held       bool
+	head, tail *gateWaiter
+	free       []*gateWaiter
+}
+
+type gateWaiter struct {
+	ch   chan struct{}
+	next *gateWaiter
+}
+
+func (g *fifoGate) do(fn func()) {
+	g.mu.Lock()
+	if !g.held {
+		g.held = true
+		g.mu.Unlock()
+	} else {
+		var w *gateWaiter
+		if n := len(g.free); n > 0 {
+			w, g.free = g.free[n-1], g.free[:n-1]
+		} else {
+			w = &gateWaiter{ch: make(chan struct{}, 1)}
+		}
+		if g.tail == nil {
+			g.head = w
+		} else {
+			g.tail.next = w
+		}
+		g.tail = w
+		g.mu.Unlock()
+		<-w.ch
+		g.mu.Lock()
+		g.free = append(g.free, w)
+		g.mu.Unlock()
+	}
+	fn()
+	g.mu.Lock()
+	w := g.head
+	if w == nil {
+		g.held = false
+		g.mu.Unlock()
+		return
+	}
+	if g.head = w.next; g.head == nil {
+		g.tail = nil
+	}
+	w.next = nil
+	g.mu.Unlock()
+	w.ch <- struct{}{}
 }

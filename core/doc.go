@@ -66,7 +66,11 @@
 //
 // Runtime, Namespace and Stub are safe for concurrent use. An object's fields are touched only by
 // its turns, one at a time: they need no locks. No mailbox goroutine: a call runs its turn on the
-// caller's goroutine, and the gate passes from one waiting caller to the next in FIFO order. A call
+// caller's goroutine, and the gate passes from one waiting caller to the next in FIFO order. Under
+// contention, while no turn's code runs elsewhere, the turns queued on an object may instead be run
+// one after the other by one goroutine holding the gate, each caller woken when its own turn is
+// over: the order, each turn's context and outcome are the same (a panic's stack then shows that
+// goroutine below the turn's code; a runtime.Goexit still ends the caller's goroutine). A call
 // to a full queue (Options.MaxQueue) fails at once with ErrOverloaded (IsRetryable; back off
 // first). A context cancelled while the call is queued ends the wait; a running turn is not
 // interrupted (its code sees the context and may return). State.BlockConcurrencyWhile keeps the

@@ -131,14 +131,22 @@ func (s *Stub[T]) ID() string { return s.id }
 // a *RemoteError (inside an *Error). Called from inside another object's turn (with its context),
 // Call opens the caller's input gate while it waits, as State.Await does, so A -> B -> A completes.
 func Call[T, R any](ctx context.Context, s *Stub[T], fn func(ctx context.Context, obj T) (R, error)) (R, error) {
-	var r R
-	run := func(ctx context.Context, inst any) error {
-		var err error
-		r, err = fn(ctx, inst.(T))
-		return err
-	}
-	err := viaCaller(ctx, func(ctx context.Context) error { return s.call(ctx, run) })
-	return r, err
+	c := &callOf[T, R]{fn: fn}
+	c.code = c
+	err := viaCaller(ctx, func(ctx context.Context) error { return s.call(ctx, &c.turn) })
+	return c.r, err
+}
+
+// callOf is a call's turn with its code and its result, made in one allocation.
+type callOf[T, R any] struct {
+	turn
+	fn func(ctx context.Context, obj T) (R, error)
+	r  R
+}
+
+func (c *callOf[T, R]) run(ctx context.Context, inst any) (err error) {
+	c.r, err = c.fn(ctx, inst.(T))
+	return err
 }
 
 // viaCaller runs fn, a wait for another turn, with the caller's gate open if ctx marks a turn.
@@ -151,11 +159,22 @@ func viaCaller(ctx context.Context, fn func(context.Context) error) error {
 
 // Do is Call for functions without a result.
 func Do[T any](ctx context.Context, s *Stub[T], fn func(ctx context.Context, obj T) error) error {
-	_, err := Call(ctx, s, func(ctx context.Context, obj T) (struct{}, error) { return struct{}{}, fn(ctx, obj) })
-	return err
+	c := &doOf[T]{fn: fn}
+	c.code = c
+	return viaCaller(ctx, func(ctx context.Context) error { return s.call(ctx, &c.turn) })
 }
 
-func (s *Stub[T]) call(ctx context.Context, fn func(context.Context, any) error) error {
+// doOf is Do's turn with its code.
+type doOf[T any] struct {
+	turn
+	fn func(ctx context.Context, obj T) error
+}
+
+func (c *doOf[T]) run(ctx context.Context, inst any) error { return c.fn(ctx, inst.(T)) }
+
+// call runs t, a turn with its code, on the object: t is made for one call and reused only if the
+// object turns out evicted before t queued.
+func (s *Stub[T]) call(ctx context.Context, t *turn) error {
 	rt := s.ns.rt
 	if err := rt.enter(); err != nil {
 		return s.err("call", err)
@@ -167,7 +186,8 @@ func (s *Stub[T]) call(ctx context.Context, fn func(context.Context, any) error)
 			o = s.ns.object(s.name, s.id, s.place)
 			s.obj.Store(o)
 		}
-		if err := o.run(ctx, fn); err != errEvicted { // else evicted before queueing: look up again
+		t.Context, t.o = ctx, o
+		if err := o.runTurn(t, false, nil); err != errEvicted { // else evicted before queueing: look up again
 			if err != nil {
 				return s.err("call", err)
 			}

@@ -16,9 +16,12 @@ var errEvicted = errors.New("core: object evicted")
 // (activation, idleness, eviction). What a turn does with it is in turn.go.
 //
 // The gate is a FIFO hand-off lock. A caller that finds it free takes it and runs its turn on its
-// own goroutine; otherwise it queues and parks until the holder hands the gate to it directly.
-// There is no mailbox goroutine: a turn costs one mutex round trip when the object is idle and one
-// park/unpark when it is busy.
+// own goroutine; otherwise it queues and parks. When the holder is done, the first waiter gets the
+// gate: handed to its goroutine directly, or, while callers keep queueing, its turn is run for it by
+// a runner, a goroutine that holds the gate and runs the queued turns one after the other in FIFO
+// order, waking each caller once its turn is over (see serve). A turn costs one mutex round trip
+// when the object is idle; under contention the gate passes from turn to turn without a goroutine
+// switch, and the callers' wake-ups run beside the turns instead of between them.
 type object struct {
 	ns    *namespace
 	rt    *Runtime
@@ -72,11 +75,16 @@ func topPlace(ns *namespace, name, id string) placement {
 }
 
 type waiter struct {
-	ch        chan struct{} // receives the gate
+	ch        chan struct{} // receives the gate, or the end of the turn a runner ran
 	t         *turn
+	call      bool // a call's turn, which a runner may run (not a reentry)
 	next      *waiter
-	handed    bool // the gate was sent on ch
+	handed    bool // the gate was passed to this waiter: sent on ch, or its turn taken by a runner
 	cancelled bool // the caller gave up; skip it
+	ran       bool // a runner ran the turn; err, b and exited are its outcome
+	exited    bool // the turn's code called runtime.Goexit
+	err       error
+	b         *batch
 }
 
 func newObject(ns *namespace, name, id string, place placement) *object {
@@ -90,19 +98,20 @@ func newObject(ns *namespace, name, id string, place placement) *object {
 }
 
 // acquire takes the gate for t, queueing in FIFO order if it is held. A reentry (a turn coming back
-// from Await) is never refused and does not watch ctx: the turn's code must not go on without the
-// gate.
-func (o *object) acquire(t *turn, reentry bool) error {
+// from Await, or a run of timers) is never refused and does not watch ctx: the turn's code must not
+// go on without the gate. A call's turn (t has code) may be run by a runner instead of being handed
+// the gate: acquire then returns the waiter, with the turn's outcome.
+func (o *object) acquire(t *turn, reentry bool) (*waiter, error) {
 	o.mu.Lock()
 	if o.evicted {
 		o.mu.Unlock()
-		return errEvicted
+		return nil, errEvicted
 	}
 	if !o.held && o.head == nil {
 		o.held = true
 		o.holder.Store(t)
 		o.mu.Unlock()
-		return nil
+		return nil, nil
 	}
 	if !reentry {
 		err := ErrOverloaded
@@ -111,7 +120,7 @@ func (o *object) acquire(t *turn, reentry bool) error {
 		}
 		if err != nil {
 			o.mu.Unlock()
-			return err
+			return nil, err
 		}
 	}
 	var w *waiter
@@ -120,7 +129,7 @@ func (o *object) acquire(t *turn, reentry bool) error {
 	} else {
 		w = &waiter{ch: make(chan struct{}, 1)}
 	}
-	w.t = t
+	w.t, w.call = t, !reentry && t.code != nil
 	if o.tail == nil {
 		o.head = w
 	} else {
@@ -135,31 +144,42 @@ func (o *object) acquire(t *turn, reentry bool) error {
 	done := t.Context.Done()
 	if reentry || done == nil {
 		<-w.ch
-		o.recycle(w)
-		return nil
+		return o.got(w), nil
 	}
 	select {
 	case <-w.ch:
-		o.recycle(w)
-		return nil
+		return o.got(w), nil
 	case <-done:
 		o.mu.Lock()
-		if w.handed { // the gate reached us as we gave up: pass it on
+		if w.handed { // the gate reached us as we gave up
 			o.mu.Unlock()
 			<-w.ch
+			if w.ran { // the turn ran: its outcome is the call's
+				return w, nil
+			}
 			o.recycle(w)
-			o.release()
-			return t.Context.Err()
+			o.release() // pass it on
+			return nil, t.Context.Err()
 		}
 		w.cancelled = true
 		o.qlen--
 		o.mu.Unlock()
-		return t.Context.Err()
+		return nil, t.Context.Err()
 	}
 }
 
+// got is what acquire returns once w was woken: w if a runner ran its turn, else nil (w holds the
+// gate).
+func (o *object) got(w *waiter) *waiter {
+	if w.ran {
+		return w
+	}
+	o.recycle(w)
+	return nil
+}
+
 func (o *object) recycle(w *waiter) {
-	w.handed, w.cancelled, w.next, w.t = false, false, nil, nil
+	*w = waiter{ch: w.ch}
 	o.mu.Lock()
 	if len(o.free) < 64 {
 		o.free = append(o.free, w)
@@ -167,9 +187,22 @@ func (o *object) recycle(w *waiter) {
 	o.mu.Unlock()
 }
 
-// release hands the gate to the next waiter, or frees it. The gate is never freed with a batch
-// open: if nobody is left to join it (a waiter gave up), release commits it first.
+// release hands the gate to the next waiter, or frees it. If the next waiter's turn may be run for
+// it, a runner is started to run it (and the turns queued after it).
 func (o *object) release() {
+	if w := o.pass(true); w != nil {
+		o.rt.goWork(func() { o.serve(w) })
+	}
+}
+
+// pass gives the gate to the first waiter, or frees it. With combine, a waiter whose turn a runner
+// may run is not woken but returned, holding the gate, for the calling runner (or a new one) to run.
+// That is only done while no turn's code runs anywhere (running is 0), so that the caller's
+// goroutine holds no turn: the deadlock check, which reads the stack of the goroutine that waits
+// (hiddenCallers), sees on the runner's stack everything it would have seen on the caller's. The
+// gate is never freed with a batch open: if nobody is left to join it (a waiter gave up), pass
+// commits it first.
+func (o *object) pass(combine bool) *waiter {
 	for {
 		o.mu.Lock()
 		for o.head != nil {
@@ -187,8 +220,11 @@ func (o *object) release() {
 			w.t.waiting.Store(nil)
 			o.holder.Store(w.t)
 			o.mu.Unlock()
+			if combine && w.call && o.rt.running.Load() == 0 {
+				return w
+			}
 			w.ch <- struct{}{}
-			return
+			return nil
 		}
 		if o.batch != nil {
 			o.mu.Unlock()
@@ -200,8 +236,48 @@ func (o *object) release() {
 		o.lastActive = o.rt.coarseNow()
 		o.lastUse = o.rt.uses.Add(1)
 		o.mu.Unlock()
-		return
+		return nil
 	}
+}
+
+// serve is a runner: it runs w's turn for its caller, then the next queued turn, and so on, holding
+// the gate throughout, until the queue is empty (the gate is freed) or the next waiter must run on
+// its own goroutine (it is handed the gate). Each caller is woken once its turn has ended; it waits
+// for the turn's commit itself. The turn's context is the caller's turn, as on the caller's
+// goroutine; a panic is recovered as it is there. If the turn's code calls runtime.Goexit, the
+// runner ends: the gate goes to the next waiter's goroutine, and the caller's goroutine exits in
+// turn (see runTurn).
+func (o *object) serve(w *waiter) {
+	for w != nil {
+		w = o.runFor(w)
+	}
+}
+
+// runFor runs one turn for its caller and returns the next one to run, if any.
+func (o *object) runFor(w *waiter) (next *waiter) {
+	t := w.t
+	exited := true
+	defer func() {
+		if exited {
+			w.b, w.ran, w.exited = t.finish(), true, true
+			o.pass(false)
+			w.ch <- struct{}{}
+		}
+	}()
+	var b *batch
+	err := t.Context.Err()
+	if err == nil {
+		err = o.hold(t, nil)
+		exited = false
+		b = t.finish()
+	} else { // the caller gave up before its turn started: it does not run
+		exited = false
+		t.finish()
+	}
+	w.err, w.b, w.ran = err, b, true
+	next = o.pass(true)
+	w.ch <- struct{}{} // w is the caller's from here
+	return next
 }
 
 // queued reports whether callers are waiting for the gate.

@@ -129,6 +129,7 @@ type Runtime struct {
 	shut       sync.Mutex            // serializes Shutdown; protects shutDone
 	shutDone   bool
 	calls      atomic.Int64  // calls, fires and background work in flight, waited for by Shutdown
+	running    atomic.Int64  // turns whose code is running (in invoke), on any object
 	drained    chan struct{} // signalled when calls drops to 0 after Shutdown began
 
 	base     context.Context // turns, Await, alarm runs and deliveries derive from it

@@ -34,7 +34,18 @@ type turn struct {
 	mu       sync.Mutex             // guards segment's making and its effects (Send may come from any goroutine)
 	*segment                        // made when the turn first uses storage, output or Done
 	waiting  atomic.Pointer[object] // the gate this turn is queued for
+	code     turnCode               // a call's code (nil for a run of timers)
 }
+
+// turnCode is the code a call runs in its turn.
+type turnCode interface {
+	run(ctx context.Context, inst any) error
+}
+
+// codeFunc is a turnCode made of a func.
+type codeFunc func(ctx context.Context, inst any) error
+
+func (f codeFunc) run(ctx context.Context, inst any) error { return f(ctx, inst) }
 
 // callerOf is the turn that makes a call with ctx, if any.
 func callerOf(ctx context.Context) *turn {
@@ -233,14 +244,27 @@ func (b *batch) wait() error {
 // run runs fn as one turn: it waits for the gate, builds the instance if needed, runs fn, and
 // returns once the turn's writes (and any writes it read) are durable.
 func (o *object) run(ctx context.Context, fn func(context.Context, any) error) error {
-	return o.runTurn(ctx, false, func(t *turn) error { return o.invoke(t, fn) })
+	return o.runTurn(&turn{Context: ctx, o: o, code: codeFunc(fn)}, false, nil)
 }
 
-// runTurn runs body as a turn holding the gate, once the instance is built. A reentry is not
-// refused for a full queue (an alarm run).
-func (o *object) runTurn(ctx context.Context, reentry bool, body func(*turn) error) (err error) {
-	t := &turn{Context: ctx, o: o}
-	if err := o.acquire(t, reentry); err != nil {
+// runTurn runs t as a turn holding the gate, once the instance is built: body, or else t's code. A
+// reentry is not refused for a full queue (an alarm run). A call's turn may be run by a runner (see
+// serve): the caller then waits for the turn's commit here, and if the turn's code called
+// runtime.Goexit, its goroutine exits here, as it would have had the turn run on it.
+func (o *object) runTurn(t *turn, reentry bool, body func(*turn) error) (err error) {
+	w, err := o.acquire(t, reentry)
+	if err != nil {
+		return err
+	}
+	if w != nil {
+		err, b, exited := w.err, w.b, w.exited
+		o.recycle(w)
+		if werr := b.wait(); err == nil {
+			err = werr
+		}
+		if exited {
+			runtime.Goexit()
+		}
 		return err
 	}
 	defer func() {
@@ -248,6 +272,11 @@ func (o *object) runTurn(ctx context.Context, reentry bool, body func(*turn) err
 			err = werr
 		}
 	}()
+	return o.hold(t, body)
+}
+
+// hold runs the turn t, which holds the gate: body, or else t's code.
+func (o *object) hold(t *turn, body func(*turn) error) error {
 	if o.rt.isClosed.Load() {
 		return ErrClosed
 	}
@@ -256,17 +285,27 @@ func (o *object) runTurn(ctx context.Context, reentry bool, body func(*turn) err
 			return o.constructFailed(t, reentry, err)
 		}
 	}
-	return body(t)
+	if body != nil {
+		return body(t)
+	}
+	return o.invoke(t, t.code.run)
 }
 
-// end finishes a turn that holds the gate: the batch is committed now if no other turn is queued to
-// join it, and the turn returns once its writes are durable. It runs even when the turn's goroutine
-// exits.
+// end finishes a turn that holds the gate and passes the gate on; the turn returns once its writes
+// are durable. It runs even when the turn's goroutine exits.
 func (t *turn) end() error {
+	b := t.finish()
+	t.o.release()
+	return b.wait()
+}
+
+// finish ends a turn's use of the gate, which it still holds: the batch is committed now if no
+// other turn is queued to join it; finish returns the batch that holds the turn's writes.
+func (t *turn) finish() *batch {
 	if t.tied.Load() { // stop was set before tied
 		t.stop()
 	}
-	return t.o.leave().wait()
+	return t.o.leave()
 }
 
 // construct runs the constructor as the object's first segment.
@@ -294,8 +333,10 @@ var errGoexit = errors.New("core: the turn's goroutine exited (runtime.Goexit) b
 func (o *object) invoke(t *turn, fn func(context.Context, any) error) (err error) {
 	t.live.Store(true)
 	o.rt.stats.turns.Add(1)
+	o.rt.running.Add(1)
 	normal := false
 	defer func() {
+		o.rt.running.Add(-1)
 		if !normal {
 			if p := recover(); p != nil {
 				err = &RemoteError{Err: &PanicError{Value: p, Stack: debug.Stack()}}
@@ -441,9 +482,9 @@ func (t *turn) endSegment(failed bool) error {
 	return err
 }
 
-// leave ends a holder's use of the gate. The open batch is committed now if no other turn is queued
-// to join it (or it is full); otherwise the next turn joins it and this one waits for that commit,
-// which leave returns.
+// leave ends a holder's use of the gate, before it passes the gate on. The open batch is committed
+// now if no other turn is queued to join it (or it is full); otherwise the next turn joins it and
+// this one waits for that commit. leave returns the batch.
 func (o *object) leave() *batch {
 	b := o.batch
 	if b != nil {
@@ -460,7 +501,6 @@ func (o *object) leave() *batch {
 			o.commit()
 		}
 	}
-	o.release()
 	return b
 }
 
@@ -542,7 +582,7 @@ func (o *object) await(t *turn, fn func(context.Context) error) error {
 	o.mu.Unlock()
 	o.release()
 	defer func() {
-		_ = o.acquire(t, true)
+		_, _ = o.acquire(t, true)
 		o.mu.Lock()
 		o.awaiting--
 		o.mu.Unlock()
