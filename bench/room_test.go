@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -47,25 +48,107 @@ const roomWindow = 64 // messages in flight in BenchmarkRoomFanout
 
 func BenchmarkRoomFanout(b *testing.B) {
 	for _, n := range []int{2, 100, 1000} {
-		b.Run("clients="+strconv.Itoa(n), func(b *testing.B) { benchRoomFanout(b, n) })
+		b.Run("clients="+strconv.Itoa(n), func(b *testing.B) {
+			raiseFileLimit(b, 2*n+256)
+			rt := roomOpen(b, core.Options{Synchronous: "NORMAL"})
+			rooms, err := room.Register(rt, "rooms", room.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			srv := httptest.NewServer(room.Handler(rooms))
+			benchFanout(b, n, "ws"+strings.TrimPrefix(srv.URL, "http")+"/room/bench?name=m")
+			srv.Close()
+			roomClose(b, rt)
+		})
 	}
 }
 
-func benchRoomFanout(b *testing.B, n int) {
-	raiseFileLimit(b, 2*n+256)
-	rt := roomOpen(b, core.Options{Synchronous: "NORMAL"})
-	rooms, err := room.Register(rt, "rooms", room.Options{})
-	if err != nil {
-		b.Fatal(err)
+// BenchmarkRoomFanoutBaseline is BenchmarkRoomFanout's clients on a bare
+// gorilla/websocket hub in this process: one reader and one writer
+// goroutine per connection, a mutex-guarded member list and offset, and
+// nothing stored: compare BenchmarkRoomFanout/clients=N.
+func BenchmarkRoomFanoutBaseline(b *testing.B) {
+	for _, n := range []int{2, 100, 1000} {
+		b.Run("hub=gorilla/clients="+strconv.Itoa(n), func(b *testing.B) {
+			raiseFileLimit(b, 2*n+256)
+			h := &bareHub{}
+			srv := httptest.NewServer(h)
+			benchFanout(b, n, "ws"+strings.TrimPrefix(srv.URL, "http")+"/")
+			srv.Close()
+			h.wg.Wait()
+		})
 	}
-	srv := httptest.NewServer(room.Handler(rooms))
-	url := "ws" + strings.TrimPrefix(srv.URL, "http") + "/room/bench?name=m"
+}
 
+// bareHub is the gorilla chat hub: every message gets the next offset and
+// goes to every member's send queue, which its writer goroutine drains.
+type bareHub struct {
+	up      websocket.Upgrader
+	mu      sync.Mutex
+	members map[*bareMember]struct{}
+	off     int64
+	wg      sync.WaitGroup
+}
+
+type bareMember struct {
+	c    *websocket.Conn
+	send chan []byte
+}
+
+func (h *bareHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	c, err := h.up.Upgrade(w, r, nil)
+	if err != nil {
+		return
+	}
+	m := &bareMember{c: c, send: make(chan []byte, 1024)}
+	h.mu.Lock()
+	if h.members == nil {
+		h.members = make(map[*bareMember]struct{})
+	}
+	h.members[m] = struct{}{}
+	h.mu.Unlock()
+	m.send <- []byte("!live 0")
+	h.wg.Add(1)
+	go func() { // the writer
+		defer h.wg.Done()
+		for f := range m.send {
+			if c.WriteMessage(websocket.TextMessage, f) != nil {
+				break
+			}
+		}
+		c.Close()
+	}()
+	for {
+		_, data, err := c.ReadMessage()
+		if err != nil {
+			break
+		}
+		h.mu.Lock()
+		h.off++
+		f := append(strconv.AppendInt(nil, h.off, 10), ' ')
+		f = append(f, data...)
+		for o := range h.members {
+			select {
+			case o.send <- f:
+			default: // a slow member is dropped, as the room drops it
+			}
+		}
+		h.mu.Unlock()
+	}
+	h.mu.Lock()
+	delete(h.members, m)
+	h.mu.Unlock()
+	close(m.send)
+}
+
+// benchFanout connects n members to url; one sends, every member (the
+// sender included) receives, and deliveries/s is reported.
+func benchFanout(b *testing.B, n int, url string) {
 	// n members, each with a reader goroutine that records the last
 	// offset it received.
 	conns := make([]*websocket.Conn, n)
 	last := make([]atomic.Int64, n)
-	err = each(n, 16, func(i int) error {
+	err := each(n, 16, func(i int) error {
 		c, _, err := websocket.DefaultDialer.Dial(url, nil)
 		if err != nil {
 			return err
@@ -119,8 +202,6 @@ func benchRoomFanout(b *testing.B, n int) {
 		c.Close()
 	}
 	readers.Wait()
-	srv.Close()
-	roomClose(b, rt)
 }
 
 // waitLive reads a new member's frames up to the room's "!live" notice.

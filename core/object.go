@@ -77,7 +77,8 @@ func topPlace(ns *namespace, name, id string) placement {
 type waiter struct {
 	ch        chan struct{} // receives the gate, or the end of the turn a runner ran
 	t         *turn
-	call      bool // a call's turn, which a runner may run (not a reentry)
+	call      bool        // a call's turn, which a runner may run (not a reentry)
+	then      func(error) // a posted turn's: nobody waits on ch; then receives the outcome
 	next      *waiter
 	handed    bool // the gate was passed to this waiter: sent on ch, or its turn taken by a runner
 	cancelled bool // the caller gave up; skip it
@@ -201,7 +202,7 @@ func (o *object) release() {
 // goroutine holds no turn: the deadlock check, which reads the stack of the goroutine that waits
 // (hiddenCallers), sees on the runner's stack everything it would have seen on the caller's. The
 // gate is never freed with a batch open: if nobody is left to join it (a waiter gave up), pass
-// commits it first.
+// commits it first. A posted turn, which no goroutine waits for, is always returned.
 func (o *object) pass(combine bool) *waiter {
 	for {
 		o.mu.Lock()
@@ -220,7 +221,7 @@ func (o *object) pass(combine bool) *waiter {
 			w.t.waiting.Store(nil)
 			o.holder.Store(w.t)
 			o.mu.Unlock()
-			if combine && w.call && o.rt.running.Load() == 0 {
+			if w.then != nil || combine && w.call && o.rt.running.Load() == 0 {
 				return w
 			}
 			w.ch <- struct{}{}
@@ -260,12 +261,24 @@ func (o *object) runFor(w *waiter) (next *waiter) {
 	defer func() {
 		if exited {
 			w.b, w.ran, w.exited = t.finish(), true, true
-			o.pass(false)
+			w.err = &RemoteError{Err: errGoexit}
+			then := w.then
+			if next := o.pass(false); next != nil {
+				o.rt.goWork(func() { o.serve(next) })
+			}
+			if then != nil {
+				o.recycle(w)
+				then(w.err)
+				return
+			}
 			w.ch <- struct{}{}
 		}
 	}()
 	var b *batch
-	err := t.Context.Err()
+	var err error
+	if w.then == nil {
+		err = t.Context.Err()
+	}
 	if err == nil {
 		err = o.hold(t, nil)
 		exited = false
@@ -274,10 +287,65 @@ func (o *object) runFor(w *waiter) (next *waiter) {
 		exited = false
 		t.finish()
 	}
+	if then := w.then; then != nil {
+		o.recycle(w)
+		if b != nil && err == nil && !b.over() {
+			tell := then
+			b.effects = append(b.effects, effect{fn: func(bool) { tell(b.err) }})
+			then = nil
+		} else if err == nil && b != nil {
+			err = b.err
+		}
+		if then != nil { // before the gate passes: a failure closes the connection for the next turns
+			then(err)
+		}
+		return o.pass(true)
+	}
 	w.err, w.b, w.ran = err, b, true
 	next = o.pass(true)
 	w.ch <- struct{}{} // w is the caller's from here
 	return next
+}
+
+// post queues t, a call's turn, and returns without waiting for it: a runner runs it (a new one if
+// the gate is free), and then receives its outcome once its writes are durable, or its error if it
+// failed. The turns of one poster run in the order posted. post fails as acquire does (errEvicted,
+// ErrOverloaded); the poster must not be a turn's goroutine waiting for it.
+func (o *object) post(t *turn, then func(error)) error {
+	o.mu.Lock()
+	if o.evicted {
+		o.mu.Unlock()
+		return errEvicted
+	}
+	free := !o.held && o.head == nil
+	if !free && o.qlen >= o.rt.opts.MaxQueue {
+		o.mu.Unlock()
+		return ErrOverloaded
+	}
+	var w *waiter
+	if n := len(o.free); n > 0 {
+		w, o.free = o.free[n-1], o.free[:n-1]
+	} else {
+		w = &waiter{ch: make(chan struct{}, 1)}
+	}
+	w.t, w.call, w.then = t, true, then
+	if free {
+		o.held, w.handed = true, true
+		o.holder.Store(t)
+		o.mu.Unlock()
+		o.rt.goWork(func() { o.serve(w) })
+		return nil
+	}
+	if o.tail == nil {
+		o.head = w
+	} else {
+		o.tail.next = w
+	}
+	o.tail = w
+	o.qlen++
+	t.waiting.Store(o)
+	o.mu.Unlock()
+	return nil
 }
 
 // queued reports whether callers are waiting for the gate.

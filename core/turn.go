@@ -233,6 +233,16 @@ type batch struct {
 	effects  []effect
 }
 
+// over reports whether the batch's commit is over (read by the gate holder).
+func (b *batch) over() bool {
+	select {
+	case <-b.done:
+		return true
+	default:
+		return false
+	}
+}
+
 func (b *batch) wait() error {
 	if b == nil {
 		return nil

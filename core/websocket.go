@@ -98,7 +98,7 @@ func (st *State) AcceptWebSocket(ctx context.Context, w http.ResponseWriter, r *
 		}
 	}
 	rt := o.rt
-	ws := &WebSocket{rt: rt, ns: o.ns, name: o.name, id: o.id, tags: slices.Clone(tags)}
+	ws := &WebSocket{rt: rt, ns: o.ns, name: o.name, id: o.id, tags: slices.Clone(tags), inflight: make(chan struct{}, wsInFlight)}
 	ws.c, err = wsconn.Upgrade(rt.ws.upgrader(rt), w, r, wsconn.Options{
 		ReadLimit: rt.opts.WebSocketMaxMessage, Queue: rt.opts.WebSocketSendQueue,
 		Slow: ErrSlowClient, BadText: ErrInvalidText, OnClose: func() { rt.ws.unlist(ws) },
@@ -152,8 +152,11 @@ func (st *State) SetWebSocketAutoResponse(request, response string) error {
 //
 // Events reach the object as turns through the FIFO queue calls use (WebSocketMessageHandler,
 // WebSocketCloseHandler, WebSocketErrorHandler), one at a time: one connection's in the order sent,
-// different connections' in the order their readers queued them (R1). A reader waits for a
-// message's turn before reading the next, so a flooding client is held back by TCP, not buffered.
+// different connections' in the order their readers queued them (R1). A reader does not wait for a
+// message's turn before reading the next: up to 32 messages of one connection may be queued or
+// committing at once (so consecutive messages share a group commit); past that the reader waits,
+// so a flooding client is held back by TCP, not buffered. A message's turn that fails closes the
+// connection with 1011 (the messages queued after it find it closed and are dropped).
 //
 // Hibernation: connections do not keep an object in memory: an object tied only by connections is
 // evicted after Options.IdleTimeout, and the next event re-creates it (constructor, then handler:
@@ -173,8 +176,9 @@ type WebSocket struct {
 	name, id         string // the owning object's
 	c                *wsconn.Conn
 	tags             []string
-	noClose, noError bool         // the object has no WebSocketClose, WebSocketError handler
-	autoAt           atomic.Int64 // unix ns of the last auto-response
+	noClose, noError bool          // the object has no WebSocketClose, WebSocketError handler
+	autoAt           atomic.Int64  // unix ns of the last auto-response
+	inflight         chan struct{} // one token per message whose turn is queued or committing
 
 	group *wsGroup // group and slot are guarded by the hub's mu
 	slot  int      // index in group.conns, -1 once unlisted

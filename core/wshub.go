@@ -184,6 +184,9 @@ func (rt *Runtime) checkOrigin(r *http.Request) bool {
 func (ws *WebSocket) read() {
 	defer ws.rt.ws.wg.Done()
 	e := ws.c.Serve(ws.onMessage)
+	for range wsInFlight { // the messages read are delivered before the end is
+		ws.inflight <- struct{}{}
+	}
 	var event func(context.Context, any) error
 	switch {
 	case e.Err != nil && !ws.noError:
@@ -220,13 +223,19 @@ func (ws *WebSocket) read() {
 	ws.retire()
 }
 
+// wsInFlight bounds the messages of one connection whose turns are queued or committing. The reader
+// does not wait for a message's turn before it reads the next one: consecutive messages of one
+// connection queue one after the other (their order kept) and share a group commit.
+const wsInFlight = 32
+
 func (ws *WebSocket) onMessage(f wsconn.Frame) {
 	if ar := ws.group.auto.Load(); ar != nil && !f.Binary && string(f.Data) == ar.request {
 		ws.autoAt.Store(ws.rt.now().UnixNano())
 		ws.c.Enqueue(wsconn.Frame(ar.response))
 		return
 	}
-	err := ws.deliver(func(ctx context.Context, inst any) error {
+	ws.inflight <- struct{}{}
+	ws.post(func(ctx context.Context, inst any) error {
 		if !ws.c.Open() {
 			return nil // closed while the message waited (its accept was rolled back, say)
 		}
@@ -235,6 +244,10 @@ func (ws *WebSocket) onMessage(f wsconn.Frame) {
 		}
 		return nil
 	})
+}
+
+// delivered handles the outcome of a message's turn.
+func (ws *WebSocket) delivered(err error) {
 	switch {
 	case err == nil || errors.Is(err, ErrClosed):
 	case errors.Is(err, ErrOverloaded):
@@ -243,6 +256,28 @@ func (ws *WebSocket) onMessage(f wsconn.Frame) {
 		ws.rt.log.Error("websocket message handler failed", "event", "websocket_handler_failed",
 			"namespace", ws.ns.name, "name", ws.name, "error", err)
 		ws.c.StartClose(&wsconn.End{Code: CloseInternalError, Reason: "internal error"})
+	}
+}
+
+// post queues fn as a turn of the owning object (re-created if evicted) without waiting for it; its
+// outcome goes to delivered once its writes are durable, and its in-flight token is returned.
+func (ws *WebSocket) post(fn func(context.Context, any) error) {
+	rt := ws.rt
+	done := func(err error) {
+		ws.delivered(err)
+		<-ws.inflight
+		rt.leave()
+	}
+	if err := rt.enter(); err != nil {
+		ws.delivered(err)
+		<-ws.inflight
+		return
+	}
+	err := ws.ns.with(ws.name, ws.id, placement{}, func(o *object) error {
+		return o.post(&turn{Context: rt.base, o: o, code: codeFunc(fn)}, done)
+	})
+	if err != nil {
+		done(err)
 	}
 }
 
