@@ -391,7 +391,7 @@ func (t *turn) db() (*store, error) {
 	}
 	st := o.store
 	if o.batch == nil {
-		if err := st.ExecOwn("BEGIN"); err != nil {
+		if err := st.Control("BEGIN"); err != nil {
 			return nil, o.poison(err)
 		}
 		o.batch = &batch{done: make(chan struct{})}
@@ -409,7 +409,7 @@ func (t *turn) db() (*store, error) {
 		}
 	}
 	if t.sp == spNone {
-		if err := st.ExecOwn("SAVEPOINT turn"); err != nil {
+		if err := st.Control("SAVEPOINT turn"); err != nil {
 			return nil, o.poison(err)
 		}
 		t.sp = spSavepoint
@@ -458,15 +458,15 @@ func (t *turn) endSegment(failed bool) error {
 		if b.initMeta {
 			o.fresh = true
 		}
-		err = o.store.ExecOwn("ROLLBACK")
+		err = o.store.Control("ROLLBACK")
 		close(b.done)
 	case failed:
-		err = o.store.ExecOwn("ROLLBACK TO turn")
+		err = o.store.Control("ROLLBACK TO turn")
 		if err == nil {
-			err = o.store.ExecOwn("RELEASE turn")
+			err = o.store.Control("RELEASE turn")
 		}
 	case sp == spSavepoint:
-		err = o.store.ExecOwn("RELEASE turn")
+		err = o.store.Control("RELEASE turn")
 	}
 	t.sp = spNone
 	if err != nil {
@@ -530,7 +530,7 @@ func (o *object) commit() error {
 		err = o.cataloged()
 	}
 	if err == nil {
-		err = o.store.ExecOwn("COMMIT")
+		err = o.store.Control("COMMIT")
 	}
 	o.batch = nil
 	if err != nil {

@@ -7,6 +7,7 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -44,12 +45,13 @@ type DB struct {
 	keepWAL  bool // closing does not checkpoint: every commit already fsynced the log
 	db       *sql.DB
 	conn     *sql.Conn
-	prefix   string               // names of the owner's tables
-	stmts    map[string]*sql.Stmt // user statements
-	own      map[string]*sql.Stmt // the owner's statements, kept apart so user SQL never reuses one
-	internal bool                 // the owner's own statement is running: authorize all
-	denied   string               // why the authorizer refused the last user statement
-	query    string               // the user statement being prepared
+	prefix   string                 // names of the owner's tables
+	stmts    map[string]*sql.Stmt   // user statements
+	own      map[string]*sql.Stmt   // the owner's statements, kept apart so user SQL never reuses one
+	control  map[string]driver.Stmt // the owner's transaction statements, prepared on the driver
+	internal bool                   // the owner's own statement is running: authorize all
+	denied   string                 // why the authorizer refused the last user statement
+	query    string                 // the user statement being prepared
 }
 
 // BuildTemplate returns the bytes of an empty WAL-mode database holding schema. New databases start
@@ -151,7 +153,8 @@ func Open(path, synchronous, prefix string, template func() ([]byte, error)) (*D
 	}
 	db.SetMaxOpenConns(1)
 	db.SetMaxIdleConns(1)
-	s := &DB{path: path, db: db, prefix: prefix, stmts: make(map[string]*sql.Stmt), own: make(map[string]*sql.Stmt)}
+	s := &DB{path: path, db: db, prefix: prefix, stmts: make(map[string]*sql.Stmt), own: make(map[string]*sql.Stmt),
+		control: make(map[string]driver.Stmt)}
 	fileOps.Lock()
 	s.conn, err = db.Conn(context.Background())
 	fileOps.Unlock()
@@ -233,7 +236,15 @@ func (s *DB) Close() error {
 	for _, st := range s.own {
 		st.Close()
 	}
-	s.stmts, s.own = nil, nil
+	if len(s.control) > 0 {
+		s.conn.Raw(func(any) error {
+			for _, st := range s.control {
+				st.Close()
+			}
+			return nil
+		})
+	}
+	s.stmts, s.own, s.control = nil, nil, nil
 	fileOps.Lock()
 	err := s.conn.Close()
 	cerr := s.db.Close()
@@ -270,6 +281,34 @@ func (s *DB) prepare(cache map[string]*sql.Stmt, query string) (*sql.Stmt, error
 	}
 	cache[query] = st
 	return st, nil
+}
+
+// Control runs one of the owner's transaction statements (BEGIN, SAVEPOINT, RELEASE, ROLLBACK,
+// COMMIT: no arguments, no rows) on the driver's connection directly, prepared once: a turn runs
+// two of them, so they skip database/sql's statement machinery.
+func (s *DB) Control(query string) error {
+	s.internal = true
+	defer func() { s.internal = false }()
+	return s.conn.Raw(func(dc any) error {
+		st, ok := s.control[query]
+		if !ok {
+			p, ok := dc.(driver.ConnPrepareContext)
+			if !ok {
+				return fmt.Errorf("sqlite driver cannot prepare")
+			}
+			var err error
+			if st, err = p.PrepareContext(context.Background(), query); err != nil {
+				return err
+			}
+			s.control[query] = st
+		}
+		x, ok := st.(driver.StmtExecContext)
+		if !ok {
+			return fmt.Errorf("sqlite driver statement cannot execute")
+		}
+		_, err := x.ExecContext(context.Background(), nil)
+		return err
+	})
 }
 
 // ExecOwn runs one of the owner's own statements.
