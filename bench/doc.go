@@ -50,8 +50,15 @@
 //     synchronous=FULL, one connection each): one transaction per insert
 //     (compare BenchmarkWrite/sync=FULL/callers=1), 64 per transaction
 //     (compare callers=64), and one per insert over 1,000 files from 64
-//     goroutines (compare BenchmarkManyKeys). Divide a runtime figure by
-//     its baseline to read the overhead.
+//     goroutines (compare BenchmarkManyKeys); and an empty call through a
+//     bare FIFO hand-off gate, a mutex and a queue of parked waiters, from
+//     1, 16 and 64 goroutines (gate=fifo/callers=N: compare
+//     BenchmarkForward/callers=N). Divide a runtime figure by its baseline
+//     to read the overhead.
+//   - BenchmarkRoomFanout (see room_test.go) and its baseline
+//     BenchmarkRoomFanoutBaseline/hub=gorilla/clients=N: the same clients
+//     on a bare gorilla/websocket hub (one reader and one writer goroutine
+//     per connection, one write per frame, nothing stored).
 //   - BenchmarkLostUpdates: SEMANTICS C2 as a number: updates lost when a
 //     turn awaits between its read and its write, and none when it does not.
 //   - BenchmarkBackup: Runtime.Backup of 200 objects of about 128 KB while 16
