@@ -146,7 +146,7 @@ func (o *object) runTimers(ctx context.Context, wait bool) error {
 			return nil
 		}
 		var busy *alarmRun
-		err := o.runTurn(&turn{Context: ctx, o: o}, true, func(t *turn) error {
+		err := o.runTurn(&turn{Context: ctx, o: o}, nil, true, func(t *turn) error {
 			if busy = o.alarmRun; busy == nil {
 				return o.runDue(t)
 			}

@@ -29,7 +29,7 @@ func (s *Stub[T]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	g := &gatedResponse{w: w, header: make(http.Header)}
-	err := s.call(r.Context(), &turn{code: codeFunc(func(ctx context.Context, inst any) error {
+	err := s.call(r.Context(), new(turn), codeFunc(func(ctx context.Context, inst any) error {
 		if err := inst.(Fetcher).Fetch(ctx, g, r); err != nil {
 			return err
 		}
@@ -40,7 +40,7 @@ func (s *Stub[T]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}})
 		return nil
-	})})
+	}))
 	g.finish(err, s.ns)
 }
 

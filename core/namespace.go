@@ -132,8 +132,7 @@ func (s *Stub[T]) ID() string { return s.id }
 // Call opens the caller's input gate while it waits, as State.Await does, so A -> B -> A completes.
 func Call[T, R any](ctx context.Context, s *Stub[T], fn func(ctx context.Context, obj T) (R, error)) (R, error) {
 	c := &callOf[T, R]{fn: fn}
-	c.code = c
-	err := viaCaller(ctx, func(ctx context.Context) error { return s.call(ctx, &c.turn) })
+	err := viaCaller(ctx, func(ctx context.Context) error { return s.call(ctx, &c.turn, c) })
 	return c.r, err
 }
 
@@ -160,8 +159,7 @@ func viaCaller(ctx context.Context, fn func(context.Context) error) error {
 // Do is Call for functions without a result.
 func Do[T any](ctx context.Context, s *Stub[T], fn func(ctx context.Context, obj T) error) error {
 	c := &doOf[T]{fn: fn}
-	c.code = c
-	return viaCaller(ctx, func(ctx context.Context) error { return s.call(ctx, &c.turn) })
+	return viaCaller(ctx, func(ctx context.Context) error { return s.call(ctx, &c.turn, c) })
 }
 
 // doOf is Do's turn with its code.
@@ -172,9 +170,9 @@ type doOf[T any] struct {
 
 func (c *doOf[T]) run(ctx context.Context, inst any) error { return c.fn(ctx, inst.(T)) }
 
-// call runs t, a turn with its code, on the object: t is made for one call and reused only if the
-// object turns out evicted before t queued.
-func (s *Stub[T]) call(ctx context.Context, t *turn) error {
+// call runs t, a call's turn, with its code on the object: t is made for one call and reused only if
+// the object turns out evicted before t queued.
+func (s *Stub[T]) call(ctx context.Context, t *turn, code turnCode) error {
 	rt := s.ns.rt
 	if err := rt.enter(); err != nil {
 		return s.err("call", err)
@@ -187,7 +185,7 @@ func (s *Stub[T]) call(ctx context.Context, t *turn) error {
 			s.obj.Store(o)
 		}
 		t.Context, t.o = ctx, o
-		if err := o.runTurn(t, false, nil); err != errEvicted { // else evicted before queueing: look up again
+		if err := o.runTurn(t, code, false, nil); err != errEvicted { // else evicted before queueing: look up again
 			if err != nil {
 				return s.err("call", err)
 			}

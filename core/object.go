@@ -78,6 +78,7 @@ type waiter struct {
 	ch        chan struct{} // receives the gate, or the end of the turn a runner ran
 	t         *turn
 	call      bool        // a call's turn, which a runner may run (not a reentry)
+	code      turnCode    // its code
 	then      func(error) // a posted turn's: nobody waits on ch; then receives the outcome
 	next      *waiter
 	handed    bool // the gate was passed to this waiter: sent on ch, or its turn taken by a runner
@@ -100,9 +101,9 @@ func newObject(ns *namespace, name, id string, place placement) *object {
 
 // acquire takes the gate for t, queueing in FIFO order if it is held. A reentry (a turn coming back
 // from Await, or a run of timers) is never refused and does not watch ctx: the turn's code must not
-// go on without the gate. A call's turn (t has code) may be run by a runner instead of being handed
+// go on without the gate. A call's turn (with code) may be run by a runner instead of being handed
 // the gate: acquire then returns the waiter, with the turn's outcome.
-func (o *object) acquire(t *turn, reentry bool) (*waiter, error) {
+func (o *object) acquire(t *turn, code turnCode, reentry bool) (*waiter, error) {
 	o.mu.Lock()
 	if o.evicted {
 		o.mu.Unlock()
@@ -130,7 +131,7 @@ func (o *object) acquire(t *turn, reentry bool) (*waiter, error) {
 	} else {
 		w = &waiter{ch: make(chan struct{}, 1)}
 	}
-	w.t, w.call = t, !reentry && t.code != nil
+	w.t, w.code, w.call = t, code, !reentry && code != nil
 	if o.tail == nil {
 		o.head = w
 	} else {
@@ -280,7 +281,7 @@ func (o *object) runFor(w *waiter) (next *waiter) {
 		err = t.Context.Err()
 	}
 	if err == nil {
-		err = o.hold(t, nil)
+		err = o.hold(t, w.code, nil)
 		exited = false
 		b = t.finish()
 	} else { // the caller gave up before its turn started: it does not run
@@ -311,7 +312,7 @@ func (o *object) runFor(w *waiter) (next *waiter) {
 // the gate is free), and then receives its outcome once its writes are durable, or its error if it
 // failed. The turns of one poster run in the order posted. post fails as acquire does (errEvicted,
 // ErrOverloaded); the poster must not be a turn's goroutine waiting for it.
-func (o *object) post(t *turn, then func(error)) error {
+func (o *object) post(t *turn, code turnCode, then func(error)) error {
 	o.mu.Lock()
 	if o.evicted {
 		o.mu.Unlock()
@@ -328,7 +329,7 @@ func (o *object) post(t *turn, then func(error)) error {
 	} else {
 		w = &waiter{ch: make(chan struct{}, 1)}
 	}
-	w.t, w.call, w.then = t, true, then
+	w.t, w.code, w.call, w.then = t, code, true, then
 	if free {
 		o.held, w.handed = true, true
 		o.holder.Store(t)

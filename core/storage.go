@@ -232,7 +232,7 @@ func (s *Storage) Transaction(ctx context.Context, fn func() error) (err error) 
 	}
 	ok := false
 	defer func() {
-		if ok || !t.live.Load() {
+		if ok || !t.is(turnLive) {
 			return
 		}
 		// A panic or an error: undo fn's writes, keep the turn going.

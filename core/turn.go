@@ -28,14 +28,20 @@ import (
 type turn struct {
 	context.Context
 	o        *object
-	live     atomic.Bool
-	hasSeg   atomic.Bool
-	tied     atomic.Bool            // Done is tied to the runtime's base context
+	flags    atomic.Uint32          // turnLive, turnHasSeg, turnTied
 	mu       sync.Mutex             // guards segment's making and its effects (Send may come from any goroutine)
 	*segment                        // made when the turn first uses storage, output or Done
 	waiting  atomic.Pointer[object] // the gate this turn is queued for
-	code     turnCode               // a call's code (nil for a run of timers)
 }
+
+// A turn's flags.
+const (
+	turnLive   = 1 << iota // its segment is running
+	turnHasSeg             // segment is made
+	turnTied               // Done is tied to the runtime's base context
+)
+
+func (t *turn) is(flag uint32) bool { return t.flags.Load()&flag != 0 }
 
 // turnCode is the code a call runs in its turn.
 type turnCode interface {
@@ -80,7 +86,7 @@ type segment struct {
 
 // seg returns the turn's segment state, making it if needed.
 func (t *turn) seg() *segment {
-	if t.hasSeg.Load() { // made once, never changed: no lock needed to read it
+	if t.is(turnHasSeg) { // made once, never changed: no lock needed to read it
 		return t.segment
 	}
 	t.mu.Lock()
@@ -91,7 +97,7 @@ func (t *turn) seg() *segment {
 func (t *turn) segLocked() *segment {
 	if t.segment == nil {
 		t.segment = new(segment)
-		t.hasSeg.Store(true)
+		t.flags.Or(turnHasSeg)
 	}
 	return t.segment
 }
@@ -121,7 +127,7 @@ func (t *turn) Value(key any) any {
 // is made when the code first asks).
 func (t *turn) Done() <-chan struct{} { return t.merged().Done() }
 func (t *turn) Err() error { // polling Err does not tie
-	if t.tied.Load() {
+	if t.is(turnTied) {
 		return t.done.Err()
 	}
 	return cmp.Or(t.Context.Err(), t.o.rt.base.Err())
@@ -135,7 +141,7 @@ func (t *turn) merged() context.Context {
 		ctx, cancel := context.WithCancel(t.Context)
 		stop := context.AfterFunc(t.o.rt.base, cancel)
 		s.done, s.stop = ctx, func() { stop(); cancel() }
-		t.tied.Store(true)
+		t.flags.Or(turnTied)
 	}
 	return s.done
 }
@@ -143,7 +149,7 @@ func (t *turn) merged() context.Context {
 // turnOf returns the turn ctx marks if its segment is running, or nil.
 func turnOf(ctx context.Context) *turn {
 	t, _ := ctx.Value(turnKey{}).(*turn)
-	if t == nil || !t.live.Load() {
+	if t == nil || !t.is(turnLive) {
 		return nil
 	}
 	return t
@@ -254,15 +260,15 @@ func (b *batch) wait() error {
 // run runs fn as one turn: it waits for the gate, builds the instance if needed, runs fn, and
 // returns once the turn's writes (and any writes it read) are durable.
 func (o *object) run(ctx context.Context, fn func(context.Context, any) error) error {
-	return o.runTurn(&turn{Context: ctx, o: o, code: codeFunc(fn)}, false, nil)
+	return o.runTurn(&turn{Context: ctx, o: o}, codeFunc(fn), false, nil)
 }
 
 // runTurn runs t as a turn holding the gate, once the instance is built: body, or else t's code. A
 // reentry is not refused for a full queue (an alarm run). A call's turn may be run by a runner (see
 // serve): the caller then waits for the turn's commit here, and if the turn's code called
 // runtime.Goexit, its goroutine exits here, as it would have had the turn run on it.
-func (o *object) runTurn(t *turn, reentry bool, body func(*turn) error) (err error) {
-	w, err := o.acquire(t, reentry)
+func (o *object) runTurn(t *turn, code turnCode, reentry bool, body func(*turn) error) (err error) {
+	w, err := o.acquire(t, code, reentry)
 	if err != nil {
 		return err
 	}
@@ -282,11 +288,11 @@ func (o *object) runTurn(t *turn, reentry bool, body func(*turn) error) (err err
 			err = werr
 		}
 	}()
-	return o.hold(t, body)
+	return o.hold(t, code, body)
 }
 
-// hold runs the turn t, which holds the gate: body, or else t's code.
-func (o *object) hold(t *turn, body func(*turn) error) error {
+// hold runs the turn t, which holds the gate: body, or else code.
+func (o *object) hold(t *turn, code turnCode, body func(*turn) error) error {
 	if o.rt.isClosed.Load() {
 		return ErrClosed
 	}
@@ -298,7 +304,7 @@ func (o *object) hold(t *turn, body func(*turn) error) error {
 	if body != nil {
 		return body(t)
 	}
-	return o.invoke(t, t.code.run)
+	return o.invoke(t, code.run)
 }
 
 // end finishes a turn that holds the gate and passes the gate on; the turn returns once its writes
@@ -312,7 +318,7 @@ func (t *turn) end() error {
 // finish ends a turn's use of the gate, which it still holds: the batch is committed now if no
 // other turn is queued to join it; finish returns the batch that holds the turn's writes.
 func (t *turn) finish() *batch {
-	if t.tied.Load() { // stop was set before tied
+	if t.is(turnTied) { // stop was set before tied
 		t.stop()
 	}
 	return t.o.leave()
@@ -341,7 +347,7 @@ var errGoexit = errors.New("core: the turn's goroutine exited (runtime.Goexit) b
 // A panic or a runtime.Goexit rolls it back too and also drops the instance: the constructor runs
 // again for the next event, from what is durable.
 func (o *object) invoke(t *turn, fn func(context.Context, any) error) (err error) {
-	t.live.Store(true)
+	t.flags.Or(turnLive)
 	o.rt.stats.turns.Add(1)
 	o.rt.running.Add(1)
 	normal := false
@@ -431,8 +437,8 @@ func (t *turn) write() (*store, error) {
 // released now).
 func (t *turn) endSegment(failed bool) error {
 	o := t.o
-	t.live.Store(false)
-	if !t.hasSeg.Load() { // no storage, no output
+	t.flags.And(^uint32(turnLive))
+	if !t.is(turnHasSeg) { // no storage, no output
 		return nil
 	}
 	t.mu.Lock()
@@ -592,11 +598,11 @@ func (o *object) await(t *turn, fn func(context.Context) error) error {
 	o.mu.Unlock()
 	o.release()
 	defer func() {
-		_, _ = o.acquire(t, true)
+		_, _ = o.acquire(t, nil, true)
 		o.mu.Lock()
 		o.awaiting--
 		o.mu.Unlock()
-		t.live.Store(true)
+		t.flags.Or(turnLive)
 	}()
 	if cerr != nil {
 		return cerr

@@ -274,7 +274,7 @@ func (ws *WebSocket) post(fn func(context.Context, any) error) {
 		return
 	}
 	err := ws.ns.with(ws.name, ws.id, placement{}, func(o *object) error {
-		return o.post(&turn{Context: rt.base, o: o, code: codeFunc(fn)}, done)
+		return o.post(&turn{Context: rt.base, o: o}, codeFunc(fn), done)
 	})
 	if err != nil {
 		done(err)
