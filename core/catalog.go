@@ -336,7 +336,7 @@ func (rt *Runtime) holdObject(ctx context.Context, op, namespace, name string, f
 // of its own through runTurnNoCtor.
 func (o *object) hold(ctx context.Context, fn func() error) error {
 	t := &turn{Context: ctx, o: o}
-	if err := o.acquire(t, false); err != nil {
+	if _, err := o.acquire(t, nil, false); err != nil {
 		return err
 	}
 	if o.batch != nil { // the gate came with a batch open for us to join: commit it first

@@ -281,7 +281,7 @@ func (o *object) runFor(w *waiter) (next *waiter) {
 		err = t.Context.Err()
 	}
 	if err == nil {
-		err = o.hold(t, w.code, nil)
+		err = o.runHeld(t, w.code, false, nil)
 		exited = false
 		b = t.finish()
 	} else { // the caller gave up before its turn started: it does not run

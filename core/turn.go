@@ -288,17 +288,18 @@ func (o *object) runTurn(t *turn, code turnCode, reentry bool, body func(*turn) 
 			err = werr
 		}
 	}()
-	return o.hold(t, code, body)
+	return o.runHeld(t, code, reentry, body)
 }
 
-// hold runs the turn t, which holds the gate: body, or else code.
-func (o *object) hold(t *turn, code turnCode, body func(*turn) error) error {
+// runHeld runs the turn t, which holds the gate: body, or else code. alarm tells a run of timers,
+// whose failing constructor retries or dead-letters the due timers.
+func (o *object) runHeld(t *turn, code turnCode, alarm bool, body func(*turn) error) error {
 	if o.rt.isClosed.Load() {
 		return ErrClosed
 	}
 	if !o.built {
 		if err := o.construct(t); err != nil {
-			return o.constructFailed(t, reentry, err)
+			return o.constructFailed(t, alarm, err)
 		}
 	}
 	if body != nil {
