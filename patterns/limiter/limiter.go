@@ -70,7 +70,10 @@ func (l *Limiter) Allow(ctx context.Context, limit int, window time.Duration) (D
 // AllowAt checks a call made at now against a limit of limit calls per
 // sliding window of length window, and counts it if it is allowed. A call
 // stays in the window for exactly window: one made at t counts against
-// calls made before t+window, not against one made at t+window.
+// calls made before t+window, not against one made at t+window. A key's
+// calls are expected in the order of their times, as when now is read in
+// the turn (Allow does): a call older than one already counted is judged
+// against a window that call has already trimmed.
 func (l *Limiter) AllowAt(ctx context.Context, now time.Time, limit int, window time.Duration) (Decision, error) {
 	if limit < 1 || window <= 0 {
 		return Decision{}, fmt.Errorf("%w: %d calls per %v (want at least 1 per positive window)", ErrInvalidLimit, limit, window)

@@ -189,8 +189,13 @@ func TestLimiter_AllowAt_HotKeyNeverOverLimit(t *testing.T) {
 	for range callers {
 		wg.Go(func() {
 			for range calls {
-				now := t0.Add(time.Duration(clock.Add(1)) * tick)
-				d, err := allowAt(key, now, limit, window)
+				// The time is read in the turn, as Allow reads the
+				// runtime's clock: the key sees its calls' times in order.
+				var now time.Time
+				d, err := core.Call(context.Background(), key, func(ctx context.Context, l *limiter.Limiter) (limiter.Decision, error) {
+					now = t0.Add(time.Duration(clock.Add(1)) * tick)
+					return l.AllowAt(ctx, now, limit, window)
+				})
 				mu.Lock()
 				if err != nil {
 					errs = append(errs, err)
