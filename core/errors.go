@@ -77,6 +77,12 @@ var (
 	// ErrIncompleteBackup is returned by Open for a directory that a backup was writing and did
 	// not finish (Runtime.Backup): it is not a copy of anything.
 	ErrIncompleteBackup = errors.New("core: incomplete backup")
+	// ErrReadOnly is returned by Runtime.Query and Stub.Query for a statement that would change
+	// anything (a write, DDL, ATTACH, a transaction, a PRAGMA): inspection reads only.
+	ErrReadOnly = errors.New("core: inspection is read-only")
+	// ErrNoObject is returned by the inspection methods for an object the catalog does not list:
+	// it has no storage.
+	ErrNoObject = errors.New("core: no such object")
 )
 
 // alsoErr is a sentinel that also matches other sentinels.

@@ -1,0 +1,41 @@
+package alarmindex
+
+import (
+	"context"
+	"fmt"
+)
+
+// Namespaces returns the namespaces with at least one catalog entry, in byte order.
+func (ix *Index) Namespaces() ([]string, error) {
+	if err := ix.Flush(); err != nil {
+		return nil, err
+	}
+	ix.connMu.Lock()
+	defer ix.connMu.Unlock()
+	rows, err := ix.conn.QueryContext(context.Background(), "SELECT DISTINCT ns FROM objects ORDER BY ns")
+	if err != nil {
+		return nil, fmt.Errorf("catalog: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var ns string
+		if err := rows.Scan(&ns); err != nil {
+			return nil, fmt.Errorf("catalog: %w", err)
+		}
+		out = append(out, ns)
+	}
+	return out, rows.Err()
+}
+
+// Check runs SQLite's integrity check on the index's file and returns its verdict ("ok" when sound).
+func (ix *Index) Check() (string, error) {
+	if err := ix.Flush(); err != nil {
+		return "", err
+	}
+	ix.connMu.Lock()
+	defer ix.connMu.Unlock()
+	var verdict string
+	err := ix.conn.QueryRowContext(context.Background(), "PRAGMA integrity_check(1)").Scan(&verdict)
+	return verdict, err
+}

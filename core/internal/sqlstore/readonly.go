@@ -1,0 +1,106 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+
+	"modernc.org/sqlite"
+)
+
+// ErrWrite is wrapped by ReadOnly.Query's error for a statement that would change anything.
+var ErrWrite = errors.New("statement would write")
+
+// ReadOnly is a connection to a database that cannot change it, three times over: the file is
+// opened read-only (mode=ro), the connection has query_only set, and an authorizer refuses every
+// action but reading (SELECT, reading columns, functions, recursive CTEs and the pragmas that only
+// read). It is for inspecting a database while its owner's connection is idle.
+type ReadOnly struct {
+	db     *sql.DB
+	conn   *sql.Conn
+	denied string
+}
+
+// OpenReadOnly opens the database at path for reading; it never creates the file.
+func OpenReadOnly(path string) (*ReadOnly, error) {
+	u := url.URL{Scheme: "file", Path: path}
+	db, err := sql.Open("sqlite", u.String()+"?mode=ro&_pragma=query_only(1)&_pragma=busy_timeout(10000)")
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(1)
+	r := &ReadOnly{db: db}
+	if r.conn, err = db.Conn(context.Background()); err != nil {
+		db.Close()
+		return nil, err
+	}
+	err = r.conn.Raw(func(dc any) error {
+		a, ok := dc.(sqlite.AuthorizerRegisterer)
+		if !ok {
+			return fmt.Errorf("sqlite driver has no authorizer")
+		}
+		return a.RegisterAuthorizer(r.authorize)
+	})
+	if err != nil {
+		r.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// Close closes the connection.
+func (r *ReadOnly) Close() error {
+	r.conn.Close()
+	return r.db.Close()
+}
+
+// Query runs query with args and hands each row to scan. A statement the authorizer refuses fails
+// with an error wrapping ErrWrite that says what was refused.
+func (r *ReadOnly) Query(ctx context.Context, query string, args []any, scan func(*sql.Rows) error) error {
+	r.denied = ""
+	rows, err := r.conn.QueryContext(ctx, query, args...)
+	if err == nil {
+		for err == nil && rows.Next() {
+			err = scan(rows)
+		}
+		if err == nil {
+			err = rows.Err()
+		}
+		if cerr := rows.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil && r.denied != "" {
+		return fmt.Errorf("%w: %s", ErrWrite, r.denied)
+	}
+	return err
+}
+
+// authorize allows reading only.
+func (r *ReadOnly) authorize(action sqlite.AuthorizerActionCode, arg1, arg2, _, _ string) sqlite.AuthorizerReturnCode {
+	switch action {
+	case sqlite.AuthSelect, sqlite.AuthRead, sqlite.AuthFunction, sqlite.AuthRecursive:
+		return sqlite.AuthorizerOK
+	case sqlite.AuthPragma:
+		if p := strings.ToLower(arg1); inspectPragmas[p] || arg2 == "" && readPragmas[p] {
+			return sqlite.AuthorizerOK
+		}
+		r.denied = fmt.Sprintf("PRAGMA %s may change the database", arg1)
+	case sqlite.AuthInsert:
+		r.denied = "INSERT into " + arg1
+	case sqlite.AuthUpdate:
+		r.denied = "UPDATE of " + arg1
+	case sqlite.AuthDelete:
+		r.denied = "DELETE from " + arg1
+	case sqlite.AuthAttach, sqlite.AuthDetach:
+		r.denied = "ATTACH and DETACH"
+	case sqlite.AuthTransaction, sqlite.AuthSavepoint:
+		r.denied = "transaction control"
+	default:
+		r.denied = "schema changes (CREATE, DROP, ALTER) and other writes"
+	}
+	return sqlite.AuthorizerDeny
+}
