@@ -54,7 +54,9 @@ func (rt *Runtime) DeadLetters() ([]DeadLetter, error) {
 // Rearm arms the dead letter's timer again at at, its retry count back to zero, and removes the
 // record. It arms a timer once per letter: a letter re-armed already is only removed. For the object's alarm that is SetAlarm(at) (replacing any alarm set since); a schedule
 // entry still there (a recurring one) next runs at at; one that is gone comes back as a one-shot
-// entry with its kind and payload. The object's namespace must be registered.
+// entry with its kind and payload. The object's constructor does not run for it if its namespace is not
+// registered (a tool on a directory no server holds): the timer is written to its database, and
+// fires once a runtime registering the namespace opens the directory.
 func (rt *Runtime) Rearm(ctx context.Context, seq int64, at time.Time) error {
 	dls, err := rt.DeadLetters()
 	if err != nil {
@@ -69,45 +71,45 @@ func (rt *Runtime) Rearm(ctx context.Context, seq int64, at time.Time) error {
 	n := rt.namespaces[dl.Namespace]
 	rt.mu.RUnlock()
 	fail := func(err error) error { return &Error{Op: "rearm", Namespace: dl.Namespace, Name: dl.Name, Err: err} }
-	if n == nil {
-		return fail(fmt.Errorf("core: namespace %q is not registered", dl.Namespace))
-	}
 	if err := rt.enter(); err != nil {
 		return fail(err)
 	}
 	defer rt.leave()
-	err = viaCaller(ctx, func(ctx context.Context) error {
-		return n.with(dl.Name, dl.ObjectID, placement{}, func(o *object) error {
-			return o.run(ctx, func(ctx context.Context, _ any) error {
-				t := ctx.(*turn)
-				// The object keeps its own copy of the letter and a mark of each re-arm: a letter
-				// re-armed already (written twice by a crash, or re-armed by a Rearm whose removal of
-				// the record was lost) is not armed again.
-				k := letterKey(dl.Path, dl.Key, dl.Scheduled.UnixNano())
-				kept, err := t.hasMeta("dead:" + k)
-				if err != nil {
-					return err
-				}
-				if done, err := t.hasMeta("rearmed:" + k); err != nil || done && !kept {
-					return err
-				}
-				if err := t.setMeta("dead:"+k, nil); err != nil {
-					return err
-				}
-				if err := t.setMeta("rearmed:"+k, at.UnixNano()); err != nil {
-					return err
-				}
-				row, ok, err := t.getTimer(dl.Path, dl.Key)
-				if err != nil {
-					return err
-				}
-				if !ok {
-					row = timerRow{owner: dl.Path, key: dl.Key, kind: dl.Kind, payload: dl.Payload}
-				}
-				return t.putTimer(row.with(at.UnixNano()))
-			})
+	arm := func(ctx context.Context, _ any) error {
+		t := ctx.(*turn)
+		// The object keeps its own copy of the letter and a mark of each re-arm: a letter
+		// re-armed already (written twice by a crash, or re-armed by a Rearm whose removal of
+		// the record was lost) is not armed again.
+		k := letterKey(dl.Path, dl.Key, dl.Scheduled.UnixNano())
+		kept, err := t.hasMeta("dead:" + k)
+		if err != nil {
+			return err
+		}
+		if done, err := t.hasMeta("rearmed:" + k); err != nil || done && !kept {
+			return err
+		}
+		if err := t.setMeta("dead:"+k, nil); err != nil {
+			return err
+		}
+		if err := t.setMeta("rearmed:"+k, at.UnixNano()); err != nil {
+			return err
+		}
+		row, ok, err := t.getTimer(dl.Path, dl.Key)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			row = timerRow{owner: dl.Path, key: dl.Key, kind: dl.Kind, payload: dl.Payload}
+		}
+		return t.putTimer(row.with(at.UnixNano()))
+	}
+	if n == nil {
+		err = rt.offline(ctx, dl.Namespace, dl.Name, dl.ObjectID, arm)
+	} else {
+		err = viaCaller(ctx, func(ctx context.Context) error {
+			return n.with(dl.Name, dl.ObjectID, placement{}, func(o *object) error { return o.run(ctx, arm) })
 		})
-	})
+	}
 	if err == nil {
 		err = rt.sched.ix.RemoveLetter(seq)
 	}

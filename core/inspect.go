@@ -385,3 +385,22 @@ func (rt *Runtime) report(ctx context.Context, e alarmindex.Object, r *sqlstore.
 	}
 	return rep, nil
 }
+
+// offline runs fn as a turn of an object of a namespace this runtime has not registered: a
+// transient namespace holds the object for the turn (no constructor runs, no instance is built),
+// and its database is closed after it. Its timers are committed to the index like any object's;
+// the scheduler keeps them until the namespace is registered.
+func (rt *Runtime) offline(ctx context.Context, nsName, name, id string, fn func(context.Context, any) error) error {
+	ns := &namespace{rt: rt, name: nsName, dir: filepath.Join(rt.dir, nsName),
+		objects: make(map[string]*object), closing: make(map[string]chan struct{})}
+	o := ns.object(name, id, placement{})
+	err := o.hold(ctx, func() error {
+		return o.runTurnNoCtor(func(t *turn) error { return o.invoke(t, fn) })
+	})
+	if o.tryEvict() {
+		if cerr := o.closeRemoved(o.detach()); err == nil {
+			err = cerr
+		}
+	}
+	return err
+}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/durable-go/durable/core"
@@ -254,4 +255,42 @@ func TestCheck_FindsDamage(t *testing.T) {
 	require.Contains(t, got["n2"], "missing")
 	require.NotEmpty(t, got["n1"])
 	require.Contains(t, got["n0"], "the alarm index says")
+}
+
+// S-O6, S-O8: Rearm works on a directory whose namespace this runtime has not
+// registered: no constructor runs, the timer is written to the object's
+// database with its retries reset, the index agrees, the letter is gone.
+func TestRearm_Unregistered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		dir := t.TempDir()
+		rt, err := core.Open(core.Options{Dir: dir, AlarmRetry: core.RetryPolicy{MaxRetries: -1}})
+		require.NoError(t, err)
+		fns, err := core.Register(rt, "failers", func(_ context.Context, st *core.State) (*failer, error) { return &failer{st}, nil })
+		require.NoError(t, err)
+		fs, _ := fns.Get("f")
+		require.NoError(t, core.Do(ctx, fs, func(ctx context.Context, f *failer) error { return f.st.SetAlarm(ctx, time.Now()) }))
+		time.Sleep(time.Second)
+		synctest.Wait()
+		dls, err := rt.DeadLetters()
+		require.NoError(t, err)
+		require.Len(t, dls, 1)
+		require.NoError(t, rt.Close())
+
+		rt, err = core.Open(core.Options{Dir: dir})
+		require.NoError(t, err)
+		defer rt.Close()
+		at := time.Now().Add(time.Hour)
+		require.NoError(t, rt.Rearm(ctx, dls[0].Seq, at))
+		left, err := rt.DeadLetters()
+		require.NoError(t, err)
+		require.Empty(t, left)
+		rep, err := rt.Inspect(ctx, "failers", "f")
+		require.NoError(t, err)
+		require.True(t, at.Equal(rep.Alarm), "alarm %v, want %v", rep.Alarm, at)
+		require.Equal(t, 0, rep.Timers[0].Retries)
+		problems, err := rt.Check(ctx)
+		require.NoError(t, err)
+		require.Empty(t, problems)
+	})
 }
