@@ -82,7 +82,7 @@ func (a *app) Close() error { return a.store.Close() }
 // handler returns the HTTP API, the rooms and the page, with bounded
 // bodies and panics answered as 500.
 func (a *app) handler() http.Handler {
-	rt := &router{routes: map[string]route{}, rooms: http.HandlerFunc(a.room), page: pageHandler(), log: a.log}
+	rt := &router{routes: map[string]route{}, rooms: http.HandlerFunc(a.room), page: pageHandler(), insp: inspectorHandler(), log: a.log}
 	add := func(method, path, doc string, fn apiFunc) {
 		rt.routes[path] = route{method: method, path: path, doc: doc, fn: fn}
 	}
@@ -105,6 +105,10 @@ func (a *app) handler() http.Handler {
 	add("GET", "/counter/record", "count n hits on a link, flushed 30 s later (?link=&n=1)", a.counterRecord)
 	add("GET", "/counter/stats", "a link's total and what the analytics store holds (?link=)", a.counterStats)
 	add("GET", "/objects", "a namespace's objects with storage, from the runtime's catalog (?ns=lab&after=&limit=20)", a.objects)
+	add("GET", "/inspect/namespaces", "the catalog's namespaces, the dead letters' count and the runtime's stats", a.inspectNamespaces)
+	add("GET", "/inspect/objects", "any namespace's objects from the catalog, a page at a time (?ns=&after=&limit=20)", a.inspectObjects)
+	add("GET", "/inspect/object", "one object: tables, alarm, timers with retry state, dead letters, WebSockets (?ns=&name=)", a.inspectObject)
+	add("GET", "/inspect/sql", "a read-only SQL query in the object's turn; writes are refused (?ns=&name=&q=&limit=100)", a.inspectSQL)
 	add("GET", "/routes", "this list", func(*http.Request) (any, error) { return map[string]any{"routes": rt.list()}, nil })
 	return withLimits(a.log, rt)
 }

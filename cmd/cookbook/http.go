@@ -90,12 +90,14 @@ type router struct {
 	routes map[string]route
 	rooms  http.Handler // /room/{name}; answers its own errors in JSON
 	page   http.Handler // exactly /
+	insp   http.Handler // exactly /inspect: the inspector's page
 	log    *slog.Logger
 }
 
 // Routes that are not in routes, for GET /routes.
 var (
 	pageRoute = route{method: "GET", path: "/", doc: "the live page: a room, the alarm timeline, the limiter, the inventory race"}
+	inspRoute = route{method: "GET", path: "/inspect", doc: "the inspector: namespaces, objects, one object's tables, rows, alarm, timers, dead letters and WebSockets (read-only)"}
 	roomRoute = route{method: "GET", path: "/room/{name}", doc: "a room: a WebSocket upgrade joins it (?name=&since=), a plain GET shows its offset and members"}
 )
 
@@ -111,6 +113,9 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.URL.Path == "/":
 		w.Header().Set("Allow", "GET, HEAD")
 		writeJSON(w, http.StatusMethodNotAllowed, errorBody{Error: fmt.Sprintf("/ takes GET, not %s", r.Method)})
+		return
+	case r.URL.Path == "/inspect" && get && rt.insp != nil:
+		rt.insp.ServeHTTP(w, r)
 		return
 	case strings.HasPrefix(r.URL.Path, "/room/") && rt.rooms != nil:
 		rt.rooms.ServeHTTP(w, r)
@@ -156,6 +161,9 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (rt *router) list() []map[string]string {
 	var out []map[string]string
 	all := []route{pageRoute}
+	if rt.insp != nil {
+		all = append(all, inspRoute)
+	}
 	if rt.rooms != nil {
 		all = append(all, roomRoute)
 	}

@@ -8,12 +8,17 @@ import (
 // The page is one HTML file with its CSS and JavaScript inline: no build
 // step, no external assets.
 //
-//go:embed page/index.html
+//go:embed page/index.html page/inspect.html
 var pageFS embed.FS
 
 // pageHandler serves the live page.
-func pageHandler() http.Handler {
-	body, err := pageFS.ReadFile("page/index.html")
+func pageHandler() http.Handler { return htmlHandler("page/index.html") }
+
+// inspectorHandler serves the inspector's page.
+func inspectorHandler() http.Handler { return htmlHandler("page/inspect.html") }
+
+func htmlHandler(name string) http.Handler {
+	body, err := pageFS.ReadFile(name)
 	if err != nil {
 		panic(err) // embedded at build time: cannot happen
 	}
