@@ -19,7 +19,8 @@
 // Result, the KV methods, Migrate). Objects may implement Alarmer, TimerHandler, Fetcher and the WebSocket
 // handlers; a WebSocket is a handle to a connection the runtime owns. FacetKind hosts child
 // objects. Errors are *Error values; DeadLetter records an alarm given up; ObjectInfo is an entry of
-// the catalog; BackupProgress reports a backup.
+// the catalog; BackupProgress reports a backup; ObjectReport, QueryResult and Problem are what
+// inspection finds.
 //
 // # The turn's context
 //
@@ -105,6 +106,21 @@
 // checkpointed into the database and truncated first: however much an object wrote over its life,
 // its close and the reading of its log at the next activation stay short. With synchronous=NORMAL
 // the close checkpoints.
+//
+// # Inspection
+//
+// Runtime.Namespaces and Runtime.Objects list the catalog, registered namespaces or not.
+// Runtime.Inspect (Stub.Inspect) reports an object's tables (TableInfo: columns and row counts,
+// the runtime's _durable_* ones marked), its alarm and timers with their retry state (TimerInfo),
+// its dead letters and its open WebSockets (tags, attachment). Runtime.Query (Stub.Query) runs
+// read-only SQL on its database, at most MaxQueryRows rows (QueryResult): the reads go through a
+// connection of their own that cannot write (a read-only file, query_only, an authorizer allowing
+// reads only), and a statement that would change anything fails with ErrReadOnly. An object of a
+// registered namespace is read in a turn of its own, holding its gate, without running its
+// constructor; one of a namespace the runtime has not registered is read from its file (a tool on
+// a directory no server holds: cmd/durable). Runtime.Check checks every database and the alarm
+// index and returns the Problems it found. Rearm, too, works on a namespace that is not
+// registered.
 //
 // # Errors
 //
