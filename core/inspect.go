@@ -89,14 +89,15 @@ func (rt *Runtime) Namespaces() ([]string, error) {
 	return rt.sched.ix.Namespaces()
 }
 
-// Objects is Namespace.List for any namespace of the catalog, registered or not.
+// Objects is Namespace.List for any namespace of the catalog, registered or not; a facet kind's
+// objects are listed under "<parent>.<kind>".
 func (rt *Runtime) Objects(ctx context.Context, nsName string, opts ObjectListOptions) ([]ObjectInfo, error) {
 	rt.mu.RLock()
 	ns := rt.namespaces[nsName]
 	rt.mu.RUnlock()
-	if ns == nil {
-		if err := validateNamespace(nsName); err != nil {
-			return nil, err
+	if ns == nil { // not registered, or a facet kind ("<parent>.<kind>")
+		if nsName == "" {
+			return nil, fmt.Errorf("%w: empty namespace", ErrInvalidName)
 		}
 		ns = &namespace{rt: rt, name: nsName}
 	}
@@ -264,13 +265,13 @@ func (rt *Runtime) readObject(ctx context.Context, op, namespace, name string, f
 	if rt.isClosed.Load() {
 		return fail(ErrClosed)
 	}
-	if err := validateNamespace(namespace); err != nil {
-		return fail(err)
+	if namespace == "" {
+		return fail(fmt.Errorf("%w: empty namespace", ErrInvalidName))
 	}
 	if err := validateName(name); err != nil {
 		return fail(err)
 	}
-	e, known, err := rt.sched.ix.Lookup(namespace, objectID(namespace, name))
+	e, known, err := rt.sched.ix.LookupName(namespace, name) // a facet's namespace is "<parent>.<kind>"
 	if err != nil {
 		return fail(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -264,7 +265,7 @@ func TestRearm_Unregistered(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		dir := t.TempDir()
-		rt, err := core.Open(core.Options{Dir: dir, AlarmRetry: core.RetryPolicy{MaxRetries: -1}})
+		rt, err := core.Open(core.Options{Dir: dir, AlarmRetry: core.RetryPolicy{MaxRetries: -1}, Logger: slog.New(slog.DiscardHandler)})
 		require.NoError(t, err)
 		fns, err := core.Register(rt, "failers", func(_ context.Context, st *core.State) (*failer, error) { return &failer{st}, nil })
 		require.NoError(t, err)
@@ -293,4 +294,28 @@ func TestRearm_Unregistered(t *testing.T) {
 		require.NoError(t, err)
 		require.Empty(t, problems)
 	})
+}
+
+// S-O8, S-F1: a facet is inspected like an object: its kind is listed as a
+// namespace of the catalog, and its own database is read.
+func TestInspect_Facet(t *testing.T) {
+	ctx := context.Background()
+	w := openFacets(t, core.Options{Dir: t.TempDir()})
+	a := w.facet(t, "ws", "a")
+	require.NoError(t, core.Do(ctx, a, func(ctx context.Context, p *processor) error {
+		_, err := p.st.Storage().Exec(ctx, "INSERT INTO beat(at) VALUES (7)")
+		return err
+	}))
+	nss, err := w.rt.Namespaces()
+	require.NoError(t, err)
+	require.Contains(t, nss, "workspaces.proc")
+	objs, err := w.rt.Objects(ctx, "workspaces.proc", core.ObjectListOptions{})
+	require.NoError(t, err)
+	require.Len(t, objs, 1)
+	rep, err := w.rt.Inspect(ctx, "workspaces.proc", objs[0].Name)
+	require.NoError(t, err)
+	require.True(t, slices.ContainsFunc(rep.Tables, func(tb core.TableInfo) bool { return tb.Name == "beat" && tb.Rows == 1 }), "%+v", rep.Tables)
+	res, err := a.Query(ctx, 0, "SELECT at FROM beat")
+	require.NoError(t, err)
+	require.Equal(t, [][]any{{int64(7)}}, res.Rows)
 }

@@ -2,6 +2,8 @@ package alarmindex
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 )
 
@@ -38,4 +40,23 @@ func (ix *Index) Check() (string, error) {
 	var verdict string
 	err := ix.conn.QueryRowContext(context.Background(), "PRAGMA integrity_check(1)").Scan(&verdict)
 	return verdict, err
+}
+
+// LookupName returns the catalog entry of the object (or facet) called name in namespace ns.
+func (ix *Index) LookupName(ns, name string) (Object, bool, error) {
+	if err := ix.Flush(); err != nil {
+		return Object{}, false, err
+	}
+	ix.connMu.Lock()
+	defer ix.connMu.Unlock()
+	o := Object{Namespace: ns, Name: name}
+	err := ix.conn.QueryRowContext(context.Background(), "SELECT id, file, created, active, size FROM objects WHERE ns = ? AND name = ?", ns, name).
+		Scan(&o.ID, &o.File, &o.Created, &o.Active, &o.Size)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Object{}, false, nil
+	}
+	if err != nil {
+		return Object{}, false, fmt.Errorf("catalog: %w", err)
+	}
+	return o, true, nil
 }
