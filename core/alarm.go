@@ -203,6 +203,7 @@ func (o *object) deliver(t *turn, run *alarmRun, row timerRow) error {
 	run.isAlarm, run.setDuring = row.owner == "" && row.key == "", nil
 	row.running = false
 	now := o.rt.now()
+	o.rt.tel.alarmFired(o, now.Sub(time.Unix(0, row.at)))
 	info := AlarmInfo{RetryCount: row.retry, IsRetry: row.retry > 0, MaxRetries: policy.MaxRetries, Scheduled: time.Unix(0, row.first)}
 	herr := o.invoke(t, func(ctx context.Context, inst any) error {
 		if row.cron != "" && row.retry == 0 && row.missed == MissedSkip {
@@ -248,6 +249,7 @@ func (o *object) deliver(t *turn, run *alarmRun, row timerRow) error {
 		if row.retry < policy.MaxRetries {
 			r := row
 			r.at, r.retry = now.Add(policy.delay(row.retry+1)).UnixNano(), row.retry+1
+			o.alarmRetried(t, row, time.Unix(0, r.at), herr)
 			return t.putTimer(r)
 		}
 		return o.dropTimer(t, row, herr, now, cur.running)

@@ -168,7 +168,7 @@ func (rt *Runtime) copyObject(ctx context.Context, e alarmindex.Object, out stri
 			// An object brought into memory only to be copied leaves at once: a backup does not
 			// fill memory with every object of the directory.
 			if !o.hasStore.Load() && !o.built && o.tryEvict() {
-				o.evict()
+				o.evict("backup")
 			}
 			return err
 		})

@@ -153,7 +153,16 @@ func fileSize(path string) int64 {
 // recovers the committed pages from the WAL) and checked. The quick check reads every page, so it
 // runs on a file's first open by this runtime only: while the runtime holds the directory's lock,
 // the file changes only through it, and later activations cost the same whatever the object's size.
+// A damaged one is logged.
 func (o *object) openDB() (*store, bool, error) {
+	st, fresh, err := o.openChecked()
+	if err != nil {
+		o.damaged(err)
+	}
+	return st, fresh, err
+}
+
+func (o *object) openChecked() (*store, bool, error) {
 	path := o.place.db
 	fi, err := os.Stat(path)
 	switch {

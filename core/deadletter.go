@@ -145,6 +145,7 @@ func (o *object) dropTimer(t *turn, row timerRow, cause error, now time.Time, ma
 	}
 	t.emit(effect{fn: func(committed bool) {
 		if committed {
+			o.deadLettered()
 			o.rt.hook("OnAlarmDropped", func() { o.rt.opts.OnAlarmDropped(dl) })
 		}
 	}})
@@ -173,6 +174,7 @@ func (o *object) constructFailed(t *turn, alarm bool, cerr error) error {
 			if row.retry < policy.MaxRetries {
 				r := row
 				r.at, r.retry, r.running = now.Add(policy.delay(row.retry+1)).UnixNano(), row.retry+1, false
+				o.alarmRetried(t, row, time.Unix(0, r.at), cerr)
 				if err := t.putTimer(r); err != nil {
 					return err
 				}

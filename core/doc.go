@@ -122,6 +122,24 @@
 // index and returns the Problems it found. Rearm, too, works on a namespace that is not
 // registered.
 //
+// # Telemetry
+//
+// Options.Meter and Options.Tracer take OpenTelemetry providers (the runtime never uses the global
+// ones) and Options.Logger a *slog.Logger; each is off when nil, and off costs no allocation or
+// lock per call. Metrics are per namespace (attribute durable.namespace): durable.calls,
+// durable.queue.length, durable.queue.time, durable.gate.wait, durable.turn.duration,
+// durable.commit.latency, durable.commit.turns, durable.rows.read and .written,
+// durable.overloaded, durable.alarms.fired, .retried, .dead_lettered and .lateness,
+// durable.objects.resident, durable.databases.open, durable.evictions,
+// durable.websocket.connections, .messages.in, .messages.out and .slow_cuts; times in seconds. A
+// turn is a durable.call span, a child of the span in the caller's context, with durable.queue, a
+// durable.segment per segment, durable.await and durable.gate around each Await, and
+// durable.commit under it; alarm runs (durable.alarm) and WebSocket deliveries
+// (durable.websocket.message, .close) are spans around their turns. The logger receives what the
+// runtime decides on its own, each record with an event and the object's namespace and name:
+// evicted (Debug), alarm_retry, alarm_dropped, damaged, deadlock_refused, websocket_slow_cut,
+// index_rebuild and index_rebuilt.
+//
 // # Errors
 //
 // Errors from Call are *Error values naming the object. The object's own errors (returned or

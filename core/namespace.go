@@ -28,9 +28,13 @@ type namespace struct {
 	parent         *namespace // parent and kind are set for a facet kind (facet.go)
 	kind           string
 
-	mu      sync.Mutex               // protects objects and closing
-	objects map[string]*object       // resident objects by name
-	closing map[string]chan struct{} // by id: databases still being closed after eviction
+	tel *nsTel // its measurements' attributes (nil: metrics are off)
+
+	mu         sync.Mutex               // protects objects, closing and the gone counts
+	objects    map[string]*object       // resident objects by name
+	closing    map[string]chan struct{} // by id: databases still being closed after eviction
+	goneReads  int64                    // rows read and written by objects no longer resident
+	goneWrites int64
 }
 
 // Register adds a namespace to the runtime. ctor builds an object's in-memory instance; it runs as
@@ -70,7 +74,7 @@ func newNamespace[T any](rt *Runtime, name string, ctor func(context.Context, *S
 	var zero T
 	_, alarms := any(zero).(Alarmer)
 	_, timers := any(zero).(TimerHandler)
-	return &namespace{rt: rt, name: name, alarms: alarms, timers: timers,
+	return &namespace{rt: rt, name: name, alarms: alarms, timers: timers, tel: rt.tel.namespaceTel(name),
 		ctor:    func(ctx context.Context, st *State) (any, error) { return ctor(ctx, st) },
 		objects: make(map[string]*object), closing: make(map[string]chan struct{})}
 }
@@ -234,6 +238,8 @@ func (ns *namespace) remove(o *object) chan struct{} {
 	if ns.objects[o.name] == o {
 		delete(ns.objects, o.name)
 		ns.rt.stats.resident.Add(-1)
+		ns.goneReads += o.reads.Load()
+		ns.goneWrites += o.writes.Load()
 	}
 	ch := make(chan struct{})
 	ns.closing[o.id] = ch

@@ -258,6 +258,7 @@ func (o *object) serve(w *waiter) {
 // runFor runs one turn for its caller and returns the next one to run, if any.
 func (o *object) runFor(w *waiter) (next *waiter) {
 	t := w.t
+	o.rt.tel.held(t, nil)
 	exited := true
 	defer func() {
 		if exited {
@@ -404,9 +405,10 @@ func (o *object) closeRemoved(ch chan struct{}) (err error) {
 
 // evict finishes an eviction off the caller's goroutine: closing a database checkpoints it. An
 // activation of the same object waits for it; Shutdown waits for it too, and reports it if it does
-// not end.
-func (o *object) evict() {
+// not end. reason says why (idle, max_open_objects, shutdown, backup).
+func (o *object) evict(reason string) {
 	ch := o.detach()
+	o.logEviction(reason)
 	o.rt.closing.Store(o, o.rt.now())
 	o.rt.goWork(func() {
 		defer o.rt.closing.Delete(o)

@@ -17,6 +17,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/durable-go/durable/core/internal/sqlstore"
 )
 
@@ -47,8 +50,18 @@ type Options struct {
 	// machine).
 	Synchronous string
 
-	// Logger receives the runtime's structured records (default slog.Default()).
+	// Logger receives the runtime's structured records: what it decides on its own (evictions at
+	// Debug; alarm retries, dead letters, damaged databases, the index rebuilt, deadlocks refused,
+	// slow WebSocket clients cut), each with the object's namespace and name. Nil: no records.
 	Logger *slog.Logger
+
+	// Meter receives the runtime's metrics (calls, queue, gate wait, turn and commit times, rows,
+	// alarms, objects, WebSockets; see the package doc), per namespace. Nil: none, at no cost.
+	Meter metric.MeterProvider
+
+	// Tracer receives a span per call, with its queue wait, segments, Awaits and commit wait as
+	// children, and spans for alarm runs and WebSocket deliveries. Nil: none, at no cost.
+	Tracer trace.TracerProvider
 
 	// AlarmRetry says when a failed alarm runs again (default: the original runtime's 2 s doubling,
 	// 6 retries, up to 25% jitter).
@@ -100,7 +113,7 @@ func (o *Options) withDefaults() error {
 		return fmt.Errorf("core: Options.Synchronous must be FULL or NORMAL, not %q", o.Synchronous)
 	}
 	if o.Logger == nil {
-		o.Logger = slog.Default()
+		o.Logger = discard
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -122,6 +135,7 @@ type Runtime struct {
 	dir    string
 	ownDir bool
 	log    *slog.Logger
+	tel    *telemetry // nil: metrics and traces are off
 
 	mu         sync.RWMutex // protects namespaces and facets; taken to set isClosed
 	namespaces map[string]*namespace
@@ -182,6 +196,9 @@ func Open(opts Options) (*Runtime, error) {
 	}
 	rt.base, rt.cancel = context.WithCancel(context.Background())
 	var err error
+	if rt.tel, err = newTelemetry(rt, opts.Meter, opts.Tracer); err != nil {
+		return nil, fmt.Errorf("core: open: telemetry: %w", err)
+	}
 	if rt.ownDir = opts.Dir == ""; rt.ownDir {
 		rt.dir, err = os.MkdirTemp("", "durable-")
 	} else if rt.dir, err = filepath.Abs(opts.Dir); err == nil {
@@ -283,7 +300,7 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 	for _, ns := range rt.snapshotNamespaces() {
 		for _, o := range ns.snapshot() {
 			if o.tryEvict() {
-				o.evict()
+				o.evict("shutdown")
 			}
 		}
 	}
@@ -295,6 +312,7 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 		errs = append(errs, os.RemoveAll(rt.dir))
 	}
 	errs = append(errs, rt.lock.unlock()) // the directory is free for the next runtime
+	rt.tel.close()
 	rt.shutDone = true
 	return errors.Join(errs...)
 }
@@ -422,7 +440,7 @@ func (rt *Runtime) evictIdle(now time.Time) {
 	for _, ns := range rt.snapshotNamespaces() {
 		for _, o := range ns.snapshot() {
 			if d, _ := o.idleSince(now); d >= rt.opts.IdleTimeout+rt.tick() && o.tryEvict() {
-				o.evict()
+				o.evict("idle")
 			}
 		}
 	}
@@ -456,7 +474,7 @@ func (rt *Runtime) shed() {
 	slices.SortFunc(cands, func(a, b cand) int { return cmp.Compare(a.use, b.use) })
 	for _, c := range cands {
 		if over > 0 && c.o.tryEvict() {
-			c.o.evict()
+			c.o.evict("max_open_objects")
 			over--
 		}
 	}

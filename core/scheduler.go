@@ -280,7 +280,9 @@ func (s *scheduler) fire(ns, id, name string) {
 		return
 	}
 	s.mu.Unlock()
-	err := n.with(name, id, placement{}, func(o *object) error { return o.runTimers(rt.base, false) })
+	ctx, sp := rt.tel.eventSpan(rt.base, "durable.alarm", n, name)
+	err := n.with(name, id, placement{}, func(o *object) error { return o.runTimers(ctx, false) })
+	endSpan(sp, err)
 	s.mu.Lock()
 	e := s.byKey[alarmKey{ns, id}]
 	if e != nil {

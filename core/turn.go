@@ -213,7 +213,9 @@ func release(effects []effect, committed bool) {
 				e.ws.c.StartClose(&wsconn.End{Code: CloseInternalError, Reason: "accept rolled back"})
 			}
 		case e.kind == effSend:
-			e.ws.c.Enqueue(wsconn.Frame(e.msg))
+			if e.ws.c.Enqueue(wsconn.Frame(e.msg)) {
+				e.ws.rt.tel.sent(e.ws.ns)
+			}
 		case e.kind == effClose:
 			e.ws.c.StartClose(e.end)
 		}
@@ -268,25 +270,33 @@ func (o *object) run(ctx context.Context, fn func(context.Context, any) error) e
 // serve): the caller then waits for the turn's commit here, and if the turn's code called
 // runtime.Goexit, its goroutine exits here, as it would have had the turn run on it.
 func (o *object) runTurn(t *turn, code turnCode, reentry bool, body func(*turn) error) (err error) {
+	tel := o.rt.tel
+	tel.begin(t)
 	w, err := o.acquire(t, code, reentry)
 	if err != nil {
-		return err
+		tel.held(t, err)
+		return o.refused(t, err)
 	}
-	if w != nil {
+	if w != nil { // a runner ran the turn (and measured its wait for the gate)
 		err, b, exited := w.err, w.b, w.exited
 		o.recycle(w)
+		commit := tel.commitWait(t)
 		if werr := b.wait(); err == nil {
 			err = werr
 		}
+		tel.done(t, commit, err)
 		if exited {
 			runtime.Goexit()
 		}
 		return err
 	}
+	tel.held(t, nil)
 	defer func() {
+		commit := tel.commitWait(t)
 		if werr := t.end(); err == nil {
 			err = werr
 		}
+		tel.done(t, commit, err)
 	}()
 	return o.runHeld(t, code, reentry, body)
 }
@@ -351,6 +361,7 @@ func (o *object) invoke(t *turn, fn func(context.Context, any) error) (err error
 	t.flags.Or(turnLive)
 	o.rt.stats.turns.Add(1)
 	o.rt.running.Add(1)
+	o.rt.tel.segmentStart(t)
 	normal := false
 	defer func() {
 		o.rt.running.Add(-1)
@@ -372,6 +383,7 @@ func (o *object) invoke(t *turn, fn func(context.Context, any) error) (err error
 		if serr := t.endSegment(err != nil); serr != nil && err == nil {
 			err = serr
 		}
+		o.rt.tel.segmentEnd(t, err)
 	}()
 	if err = fn(t, o.inst); err != nil {
 		err = &RemoteError{Err: err}
@@ -526,6 +538,7 @@ func (o *object) leave() *batch {
 // (so a crash can leave an early index entry, never a missing one) and the scheduler after it.
 func (o *object) commit() error {
 	b := o.batch
+	start := o.rt.tel.commitStart()
 	var next alarmChange
 	var err error
 	if b.timers {
@@ -545,6 +558,7 @@ func (o *object) commit() error {
 	}
 	if b.dirty {
 		o.rt.stats.commits.Add(1)
+		o.rt.tel.committed(o, start, b.turns)
 	}
 	if b.timers {
 		o.rt.sched.committed(o.ns.name, o.id, o.name, next)
@@ -590,6 +604,7 @@ func (o *object) await(t *turn, fn func(context.Context) error) error {
 	if err := t.endSegment(false); err != nil {
 		return err
 	}
+	await := o.rt.tel.awaitStart(t)
 	var cerr error
 	if o.batch != nil {
 		cerr = o.commit()
@@ -599,7 +614,9 @@ func (o *object) await(t *turn, fn func(context.Context) error) error {
 	o.mu.Unlock()
 	o.release()
 	defer func() {
+		from, gate := o.rt.tel.awaitDone(t, await)
 		_, _ = o.acquire(t, nil, true)
+		o.rt.tel.reentered(t, from, gate)
 		o.mu.Lock()
 		o.awaiting--
 		o.mu.Unlock()

@@ -210,8 +210,11 @@ func (ws *WebSocket) read() {
 			return nil
 		}
 	}
+	if errors.Is(e.Err, ErrSlowClient) {
+		ws.slowCut()
+	}
 	if event != nil {
-		err := ws.deliver(func(ctx context.Context, inst any) error {
+		err := ws.deliver("durable.websocket.close", func(ctx context.Context, inst any) error {
 			defer ws.retire() // the attachment is readable during the handler, gone after it
 			return event(ctx, inst)
 		})
@@ -235,6 +238,7 @@ func (ws *WebSocket) onMessage(f wsconn.Frame) {
 		return
 	}
 	ws.inflight <- struct{}{}
+	ws.rt.tel.received(ws.ns)
 	ws.post(func(ctx context.Context, inst any) error {
 		if !ws.c.Open() {
 			return nil // closed while the message waited (its accept was rolled back, say)
@@ -263,32 +267,60 @@ func (ws *WebSocket) delivered(err error) {
 // outcome goes to delivered once its writes are durable, and its in-flight token is returned.
 func (ws *WebSocket) post(fn func(context.Context, any) error) {
 	rt := ws.rt
+	ctx, sp := rt.tel.eventSpan(rt.base, "durable.websocket.message", ws.ns, ws.name)
+	var t *turn // the posted turn, for its measurements
 	done := func(err error) {
+		if t != nil {
+			rt.tel.done(t, nil, err)
+		}
+		endSpan(sp, err)
 		ws.delivered(err)
 		<-ws.inflight
 		rt.leave()
 	}
 	if err := rt.enter(); err != nil {
+		endSpan(sp, err)
 		ws.delivered(err)
 		<-ws.inflight
 		return
 	}
 	err := ws.ns.with(ws.name, ws.id, placement{}, func(o *object) error {
-		return o.post(&turn{Context: rt.base, o: o}, codeFunc(fn), done)
+		t = &turn{Context: ctx, o: o}
+		rt.tel.begin(t)
+		err := o.post(t, codeFunc(fn), done)
+		if err != nil {
+			rt.tel.held(t, err)
+			t = nil
+		}
+		return err
 	})
 	if err != nil {
 		done(err)
 	}
 }
 
-// deliver runs fn as a turn of the owning object, re-creating it if evicted, as Stub.call does.
-func (ws *WebSocket) deliver(fn func(context.Context, any) error) error {
+// deliver runs fn as a turn of the owning object, re-creating it if evicted, as Stub.call does; span
+// names the delivery's span.
+func (ws *WebSocket) deliver(span string, fn func(context.Context, any) error) (err error) {
 	rt := ws.rt
 	if err := rt.enter(); err != nil {
 		return err
 	}
 	defer rt.leave()
-	return ws.ns.with(ws.name, ws.id, placement{}, func(o *object) error { return o.run(rt.base, fn) })
+	ctx, sp := rt.tel.eventSpan(rt.base, span, ws.ns, ws.name)
+	defer func() { endSpan(sp, err) }()
+	return ws.ns.with(ws.name, ws.id, placement{}, func(o *object) error { return o.run(ctx, fn) })
+}
+
+// counts returns the open connections per namespace.
+func (h *wsHub) counts() map[*namespace]int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make(map[*namespace]int)
+	for k, g := range h.groups {
+		out[k.ns] += g.live
+	}
+	return out
 }
 
 // retire marks the connection closed and drops its attachment.
