@@ -22,15 +22,15 @@ const batchSize = 64
 // statement, no runtime. All report per insert.
 //
 //   - txn=per-insert commits (and fsyncs) every insert on one file, as the
-//     runtime must for one caller: compare BenchmarkWrite/sync=FULL/callers=1.
+//     runtime must for one caller: compare BenchmarkWrite/telemetry=off/sync=FULL/callers=1.
 //   - txn=batched commits every 64 inserts, as group commit can at best:
-//     compare BenchmarkWrite/sync=FULL/callers=64.
+//     compare BenchmarkWrite/telemetry=off/sync=FULL/callers=64.
 //   - txn=per-insert/files=1000/callers=64 spreads one-insert transactions
 //     over 1,000 files from 64 goroutines, which is what the disk allows
 //     across files: compare BenchmarkManyKeys.
 //   - gate=fifo/callers=N runs an empty call through a bare FIFO hand-off
 //     gate (a mutex and a queue of parked waiters, no runtime) from N
-//     goroutines: compare BenchmarkForward/callers=N.
+//     goroutines: compare BenchmarkForward/telemetry=off/callers=N.
 func BenchmarkBaseline(b *testing.B) {
 	for _, callers := range callerCounts {
 		b.Run("gate=fifo/callers="+strconv.Itoa(callers), func(b *testing.B) {

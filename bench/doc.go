@@ -48,12 +48,12 @@
 //     time to open a runtime with 100,000 of them.
 //   - BenchmarkBaseline: the same INSERT on bare *sql.DBs (WAL,
 //     synchronous=FULL, one connection each): one transaction per insert
-//     (compare BenchmarkWrite/sync=FULL/callers=1), 64 per transaction
+//     (compare BenchmarkWrite/telemetry=off/sync=FULL/callers=1), 64 per transaction
 //     (compare callers=64), and one per insert over 1,000 files from 64
 //     goroutines (compare BenchmarkManyKeys); and an empty call through a
 //     bare FIFO hand-off gate, a mutex and a queue of parked waiters, from
 //     1, 16 and 64 goroutines (gate=fifo/callers=N: compare
-//     BenchmarkForward/callers=N). Divide a runtime figure by its baseline
+//     BenchmarkForward/telemetry=off/callers=N). Divide a runtime figure by its baseline
 //     to read the overhead.
 //   - BenchmarkRoomFanout (see room_test.go) and its baseline
 //     BenchmarkRoomFanoutBaseline/hub=gorilla/clients=N: the same clients

@@ -19,9 +19,9 @@ type echo struct{}
 func newEcho(context.Context, *core.State) (*echo, error) { return &echo{}, nil }
 
 // openEcho opens a runtime with one echo object, already activated.
-func openEcho(b *testing.B) (*core.Runtime, *core.Stub[*echo]) {
+func openEcho(b *testing.B, opts core.Options) (*core.Runtime, *core.Stub[*echo]) {
 	b.Helper()
-	rt := openRuntime(b, core.Options{})
+	rt := openRuntime(b, opts)
 	ns, err := core.Register(rt, "echo", newEcho)
 	if err != nil {
 		b.Fatal(err)
@@ -39,16 +39,22 @@ func openEcho(b *testing.B) (*core.Runtime, *core.Stub[*echo]) {
 // BenchmarkForward measures the turn itself: the call returns a constant.
 // S-W14: the original forwards 1,784 / 5,611 / 6,589 req/s at 1 / 16 / 64
 // connections (over HTTP; these are in-process calls).
+//
+// telemetry=on runs it with a meter and a tracer (every span sampled and
+// exported to nowhere), telemetry=metrics with the meter alone,
+// telemetry=off with neither: the cost of measuring.
 func BenchmarkForward(b *testing.B) {
-	for _, callers := range callerCounts {
-		b.Run("callers="+strconv.Itoa(callers), func(b *testing.B) {
-			rt, s := openEcho(b)
-			defer closeRuntime(b, rt)
-			runCallers(b, callers, "calls/s", func(ctx context.Context) error {
-				_, err := core.Call(ctx, s, func(context.Context, *echo) (int, error) { return 42, nil })
-				return err
+	for _, tel := range telemetryModes {
+		for _, callers := range callerCounts {
+			b.Run("telemetry="+tel+"/callers="+strconv.Itoa(callers), func(b *testing.B) {
+				rt, s := openEcho(b, withTelemetry(b, tel, core.Options{}))
+				defer closeRuntime(b, rt)
+				runCallers(b, callers, "calls/s", func(ctx context.Context) error {
+					_, err := core.Call(ctx, s, func(context.Context, *echo) (int, error) { return 42, nil })
+					return err
+				})
 			})
-		})
+		}
 	}
 }
 
@@ -112,7 +118,7 @@ func BenchmarkProcess(b *testing.B) {
 	}
 	for _, callers := range callerCounts {
 		b.Run("callers="+strconv.Itoa(callers), func(b *testing.B) {
-			rt, s := openEcho(b)
+			rt, s := openEcho(b, core.Options{})
 			defer closeRuntime(b, rt)
 			runCallers(b, callers, "calls/s", func(ctx context.Context) error {
 				_, err := core.Call(ctx, s, func(context.Context, *echo) ([]byte, error) {
@@ -131,19 +137,22 @@ func BenchmarkProcess(b *testing.B) {
 // S-W14: the original's one INSERT per request: 983 / 2,166 / 2,555 req/s.
 // BenchmarkWrite measures durable writes to one object: each call inserts
 // one row and returns once it is committed. Turns queued behind a running
-// one share its commit, so commits/op falls as callers rise.
+// one share its commit, so commits/op falls as callers rise. telemetry=on
+// and off as in BenchmarkForward.
 func BenchmarkWrite(b *testing.B) {
-	for _, sync := range []string{"FULL", "NORMAL"} {
-		for _, callers := range callerCounts {
-			b.Run("sync="+sync+"/callers="+strconv.Itoa(callers), func(b *testing.B) {
-				rt := openRuntime(b, core.Options{Synchronous: sync})
-				defer closeRuntime(b, rt)
-				s := registerTables(b, rt, 1)[0]
-				activate(b, []*core.Stub[*table]{s})
-				before := rt.Stats().Commits
-				runCallers(b, callers, "calls/s", func(ctx context.Context) error { return core.Do(ctx, s, insertCall) })
-				b.ReportMetric(float64(rt.Stats().Commits-before)/float64(b.N), "commits/op")
-			})
+	for _, tel := range telemetryModes {
+		for _, sync := range []string{"FULL", "NORMAL"} {
+			for _, callers := range callerCounts {
+				b.Run("telemetry="+tel+"/sync="+sync+"/callers="+strconv.Itoa(callers), func(b *testing.B) {
+					rt := openRuntime(b, withTelemetry(b, tel, core.Options{Synchronous: sync}))
+					defer closeRuntime(b, rt)
+					s := registerTables(b, rt, 1)[0]
+					activate(b, []*core.Stub[*table]{s})
+					before := rt.Stats().Commits
+					runCallers(b, callers, "calls/s", func(ctx context.Context) error { return core.Do(ctx, s, insertCall) })
+					b.ReportMetric(float64(rt.Stats().Commits-before)/float64(b.N), "commits/op")
+				})
+			}
 		}
 	}
 }
