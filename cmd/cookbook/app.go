@@ -22,6 +22,7 @@ type appConfig struct {
 	FlushAfter time.Duration // the link counter's flush (default 30 s)
 	StorePath  string        // the counters' analytics store (SQLite file); required
 	Logger     *slog.Logger  // default slog.Default()
+	Metrics    http.Handler  // served at GET /metrics if set
 }
 
 // app is the workshop: one namespace per pattern over one runtime, and the
@@ -110,5 +111,12 @@ func (a *app) handler() http.Handler {
 	add("GET", "/inspect/object", "one object: tables, alarm, timers with retry state, dead letters, WebSockets (?ns=&name=)", a.inspectObject)
 	add("GET", "/inspect/sql", "a read-only SQL query in the object's turn; writes are refused (?ns=&name=&q=&limit=100)", a.inspectSQL)
 	add("GET", "/routes", "this list", func(*http.Request) (any, error) { return map[string]any{"routes": rt.list()}, nil })
-	return withLimits(a.log, rt)
+	h := withLimits(a.log, rt)
+	if a.cfg.Metrics == nil {
+		return h
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", a.cfg.Metrics) // the runtime's metrics, in Prometheus's format
+	mux.Handle("/", h)
+	return mux
 }

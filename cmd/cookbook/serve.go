@@ -42,7 +42,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, ready f
 	chosen := false
 	fs.Visit(func(f *flag.Flag) { chosen = chosen || f.Name == "data" })
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-	opts := core.Options{Dir: *data, Logger: log}
+	metrics, err := newMetricsEndpoint()
+	if err != nil {
+		return err
+	}
+	defer metrics.Close()
+	opts := core.Options{Dir: *data, Logger: log, Meter: metrics.provider}
 	if *fast {
 		opts.AlarmRetry = fastRetry
 	}
@@ -50,7 +55,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, ready f
 	if err != nil {
 		return err
 	}
-	a, err := newApp(rt, appConfig{StorePath: filepath.Join(rt.Dir(), "analytics.sqlite"), Logger: log})
+	a, err := newApp(rt, appConfig{StorePath: filepath.Join(rt.Dir(), "analytics.sqlite"), Logger: log, Metrics: metrics.handler})
 	if err != nil {
 		return errors.Join(err, rt.Close())
 	}

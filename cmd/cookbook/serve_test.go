@@ -198,3 +198,49 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// S-T2: /metrics serves the runtime's metrics in Prometheus's text format,
+// per namespace, as a scraper reads them.
+func TestServe_Metrics(t *testing.T) {
+	s := startServe(t, "-data", t.TempDir())
+	var armed struct{ Alarm int64 }
+	s.get(t, "/arm?o=scraped&ms=3600000", &armed)
+	resp, err := http.Get("http://" + s.addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain") {
+		t.Fatalf("GET /metrics: %s, %s", resp.Status, resp.Header.Get("Content-Type"))
+	}
+	var body bytes.Buffer
+	if _, err := body.ReadFrom(resp.Body); err != nil {
+		t.Fatal(err)
+	}
+	text := body.String()
+	for _, want := range []string{
+		"# TYPE durable_calls_total counter",
+		"# TYPE durable_queue_time_seconds histogram",
+		"# TYPE durable_turn_duration_seconds histogram",
+		"# TYPE durable_commit_latency_seconds histogram",
+		"# TYPE durable_commit_turns histogram",
+		"# TYPE durable_rows_written_total counter",
+		"# TYPE durable_rows_read_total counter",
+		"# TYPE durable_queue_length gauge",
+		"# TYPE durable_objects_resident gauge",
+		"# TYPE durable_databases_open gauge",
+		"# TYPE durable_websocket_connections gauge",
+		`durable_objects_resident{durable_namespace="lab"} 1`,
+		`durable_databases_open{durable_namespace="lab"} 1`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if !strings.Contains(text, `durable_calls_total{durable_namespace="lab"}`) {
+		t.Errorf("/metrics counts no call of the lab namespace")
+	}
+	if t.Failed() {
+		t.Logf("/metrics:\n%s", text)
+	}
+}

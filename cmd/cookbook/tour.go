@@ -144,7 +144,13 @@ func runTour(ctx context.Context, w io.Writer, opts tourOptions) ([]tourRow, err
 	out := &lockedWriter{w: w}
 	t := &tour{ctx: ctx, out: out, scale: opts.Scale}
 	quiet := slog.New(slog.DiscardHandler)
+	metrics, err := newMetricsEndpoint()
+	if err != nil {
+		return nil, err
+	}
+	defer metrics.Close()
 	rt, err := core.Open(core.Options{
+		Meter: metrics.provider,
 		// The default jitter of 0-25 %, as on the original (W2).
 		AlarmRetry:  core.RetryPolicy{FirstDelay: t.origTime(2 * time.Second)},
 		IdleTimeout: t.origTime(10 * time.Second), // the original's ~10 s before hibernation
@@ -197,7 +203,9 @@ func runTour(ctx context.Context, w io.Writer, opts tourOptions) ([]tourRow, err
 		fmt.Fprintf(out, "-> %s (%.1f s)\n", strings.Join(verdicts, "; "), time.Since(start).Seconds())
 		rows = append(rows, got...)
 	}
-	cerr := errors.Join(rt.Close(), a.Close())
+	fmt.Fprintf(out, "\n== Telemetry: the runtime's metrics, as the server's /metrics serves them (total, then per namespace)\n")
+	merr := metrics.summary(out)
+	cerr := errors.Join(merr, rt.Close(), a.Close())
 
 	fmt.Fprintf(out, "\n== Summary\n")
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)

@@ -74,6 +74,8 @@ func TestTour_VerdictsAreHonest(t *testing.T) {
 			"bob <- pong",
 			"rows: ",
 			"; 0 unexpected.",
+			"== Telemetry: the runtime's metrics", // S-T2: read from /metrics
+			"durable_alarms_dead_lettered_total          1  lab=1",
 		} {
 			if !strings.Contains(out.String(), want) {
 				t.Errorf("transcript lacks %q", want)
