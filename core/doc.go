@@ -125,8 +125,8 @@
 // # Telemetry
 //
 // Options.Meter and Options.Tracer take OpenTelemetry providers (the runtime never uses the global
-// ones) and Options.Logger a *slog.Logger; each is off when nil, and off costs no allocation or
-// lock per call. Metrics are per namespace (attribute durable.namespace): durable.calls,
+// ones), each off when nil, and off costs no allocation or lock per call; Options.Logger takes a
+// *slog.Logger (nil: slog.Default()). Metrics are per namespace (attribute durable.namespace): durable.calls,
 // durable.queue.length, durable.queue.time, durable.gate.wait, durable.turn.duration,
 // durable.commit.latency, durable.commit.turns, durable.rows.read and .written,
 // durable.overloaded, durable.alarms.fired, .retried, .dead_lettered and .lateness,

@@ -52,7 +52,9 @@ type Options struct {
 
 	// Logger receives the runtime's structured records: what it decides on its own (evictions at
 	// Debug; alarm retries, dead letters, damaged databases, the index rebuilt, deadlocks refused,
-	// slow WebSocket clients cut), each with the object's namespace and name. Nil: no records.
+	// slow WebSocket clients cut), each with the object's namespace and name. Nil: slog.Default(),
+	// so that a dead letter or a damaged database is never silent; slog.New(slog.DiscardHandler)
+	// turns the records off.
 	Logger *slog.Logger
 
 	// Meter receives the runtime's metrics (calls, queue, gate wait, turn and commit times, rows,
@@ -113,7 +115,7 @@ func (o *Options) withDefaults() error {
 		return fmt.Errorf("core: Options.Synchronous must be FULL or NORMAL, not %q", o.Synchronous)
 	}
 	if o.Logger == nil {
-		o.Logger = discard
+		o.Logger = slog.Default()
 	}
 	if o.Now == nil {
 		o.Now = time.Now

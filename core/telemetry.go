@@ -3,7 +3,6 @@ package core
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -443,6 +442,3 @@ func (o *object) damaged(err error) {
 			"namespace", o.ns.name, "name", o.place.name, "file", de.Path, "reason", de.Reason)
 	}
 }
-
-// discard is the logger of a runtime without Options.Logger.
-var discard = slog.New(slog.DiscardHandler)

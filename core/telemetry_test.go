@@ -532,18 +532,26 @@ func TestLog_Damaged(t *testing.T) {
 	require.Contains(t, rec, "empty (0 bytes)")
 }
 
-// S-T1: without a Logger the runtime writes no record anywhere, not even to slog's default.
-func TestLog_NilLoggerIsSilent(t *testing.T) {
+// S-T1: without a Logger the runtime's records go to slog's default logger:
+// a damaged database is never silent.
+func TestLog_NilLoggerIsSlogDefault(t *testing.T) {
+	dir := t.TempDir()
+	rt, err := core.Open(core.Options{Dir: dir, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	require.NoError(t, core.Do(context.Background(), getBox(t, boxes(t, rt, "d"), "x"), put))
+	require.NoError(t, rt.Close())
+	files, err := filepath.Glob(filepath.Join(dir, "d", "*.sqlite"))
+	require.NoError(t, err)
+	require.Len(t, files, 1)
+	require.NoError(t, os.Truncate(files[0], 0))
+
 	logs := newLogCapture()
 	old := slog.Default()
 	slog.SetDefault(slog.New(logs))
 	defer slog.SetDefault(old)
-	synctest.Test(t, func(t *testing.T) {
-		rt := coretest.Open(t, core.Options{IdleTimeout: time.Second})
-		require.NoError(t, core.Do(context.Background(), getBox(t, boxes(t, rt, "s"), "x"), put))
-		time.Sleep(3 * time.Second)
-		synctest.Wait()
-		require.EqualValues(t, 1, rt.Stats().Evictions)
-	})
-	require.Empty(t, logs.all())
+	rt = openRT(t, core.Options{Dir: dir})
+	err = core.Do(context.Background(), getBox(t, boxes(t, rt, "d"), "x"), put)
+	require.ErrorIs(t, err, core.ErrDamaged)
+	_, ok := logs.find("event=damaged namespace=d name=x")
+	require.True(t, ok, "the damage reaches slog's default logger: %v", logs.all())
 }
