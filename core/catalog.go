@@ -396,18 +396,7 @@ func copyFileSync(src, dst string) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return writeFileSync(dst, b)
 }
 
 // checkDBFile opens a database file on its own and runs SQLite's quick check on it.

@@ -53,15 +53,7 @@ func (a *app) inspectObjects(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]objectEntry, len(page))
-	for i, o := range page {
-		out[i] = objectEntry{Name: o.Name, ID: o.ID, Created: o.Created.UnixMilli(), LastActive: o.LastActive.UnixMilli(), Size: o.Size}
-	}
-	next := ""
-	if len(page) == limit {
-		next = page[len(page)-1].Name
-	}
-	return map[string]any{"namespace": ns, "objects": out, "next": next}, nil
+	return objectPage(ns, page, limit), nil
 }
 
 type inspectTable struct {

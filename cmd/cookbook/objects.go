@@ -53,6 +53,12 @@ func (a *app) objects(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	return objectPage(ns, page, limit), nil
+}
+
+// objectPage is the JSON of one page of a namespace's catalog; next is the
+// name to pass as after for the page that follows, "" on the last page.
+func objectPage(ns string, page []core.ObjectInfo, limit int) map[string]any {
 	out := make([]objectEntry, len(page))
 	for i, o := range page {
 		out[i] = objectEntry{Name: o.Name, ID: o.ID, Created: o.Created.UnixMilli(), LastActive: o.LastActive.UnixMilli(), Size: o.Size}
@@ -61,5 +67,5 @@ func (a *app) objects(r *http.Request) (any, error) {
 	if len(page) == limit {
 		next = page[len(page)-1].Name
 	}
-	return map[string]any{"namespace": ns, "objects": out, "next": next}, nil
+	return map[string]any{"namespace": ns, "objects": out, "next": next}
 }
