@@ -76,7 +76,7 @@ func (rt *Runtime) Backup(ctx context.Context, dst string, opts BackupOptions) (
 	if err := os.MkdirAll(dst, 0o755); err != nil {
 		return fail(err)
 	}
-	if err := writeFileSync(filepath.Join(dst, backupMarker), []byte("a backup is being written here; it is not complete\n")); err != nil {
+	if err := sqlstore.WriteFileSync(filepath.Join(dst, backupMarker), []byte("a backup is being written here; it is not complete\n")); err != nil {
 		return fail(err)
 	}
 	syncDir(dst)
@@ -133,7 +133,7 @@ func (rt *Runtime) Backup(ctx context.Context, dst string, opts BackupOptions) (
 		"source": rt.dir, "started": start.UTC(), "finished": time.Now().UTC(),
 		"objects": p.Objects - p.Skipped, "skipped": p.Skipped, "bytes": p.Bytes,
 	}, "", "  ")
-	if err := writeFileSync(filepath.Join(dst, backupManifest), append(manifest, '\n')); err != nil {
+	if err := sqlstore.WriteFileSync(filepath.Join(dst, backupManifest), append(manifest, '\n')); err != nil {
 		return fail(err)
 	}
 	if err := os.Remove(filepath.Join(dst, backupMarker)); err != nil {
@@ -347,21 +347,6 @@ func (s *Stub[T]) Export(ctx context.Context, w io.Writer) (int64, error) {
 		return n, s.err("export", err)
 	}
 	return n, nil
-}
-
-func writeFileSync(path string, b []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 func syncFile(path string) error {

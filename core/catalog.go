@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/durable-go/durable/core/internal/alarmindex"
+	"github.com/durable-go/durable/core/internal/sqlstore"
 	"modernc.org/sqlite"
 )
 
@@ -396,7 +397,7 @@ func copyFileSync(src, dst string) error {
 	if err != nil {
 		return err
 	}
-	return writeFileSync(dst, b)
+	return sqlstore.WriteFileSync(dst, b)
 }
 
 // checkDBFile opens a database file on its own and runs SQLite's quick check on it.

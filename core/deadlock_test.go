@@ -137,20 +137,7 @@ func checkDeadlockErr(t *testing.T, inner, outer error) {
 func TestCall_DeadlockIsAnError(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rt := coretest.Open(t, core.Options{})
-		s := peers(t, rt, new(int), "A", "B")
-		a, b := s[0], s[1]
-		other, cancel := context.WithCancel(context.Background()) // not A's turn's ctx
-		defer cancel()
-		var inner error
-		outer := callBounded(t, "A -> B (other ctx) -> A (B's ctx)", cancel, func() error {
-			return core.Do(context.Background(), a, func(context.Context, *peer) error {
-				return core.Do(other, b, func(ctx context.Context, _ *peer) error {
-					inner = core.Do(ctx, a, func(context.Context, *peer) error { return nil })
-					return inner
-				})
-			})
-		})
-		checkDeadlockErr(t, inner, outer)
+		hiddenCycle(t, rt)
 	})
 }
 
@@ -177,4 +164,24 @@ func TestCall_DeadlockThroughChainIsAnError(t *testing.T) {
 		})
 		checkDeadlockErr(t, inner, outer)
 	})
+}
+
+// hiddenCycle runs A -> B -> A where B is called with a ctx that is not A's
+// turn's, and checks that the inner call is refused with ErrDeadlock.
+func hiddenCycle(t *testing.T, rt *core.Runtime) {
+	t.Helper()
+	s := peers(t, rt, new(int), "A", "B")
+	a, b := s[0], s[1]
+	other, cancel := context.WithCancel(context.Background()) // not A's turn's ctx
+	defer cancel()
+	var inner error
+	outer := callBounded(t, "A -> B (other ctx) -> A (B's ctx)", cancel, func() error {
+		return core.Do(context.Background(), a, func(context.Context, *peer) error {
+			return core.Do(other, b, func(ctx context.Context, _ *peer) error {
+				inner = core.Do(ctx, a, func(context.Context, *peer) error { return nil })
+				return inner
+			})
+		})
+	})
+	checkDeadlockErr(t, inner, outer)
 }

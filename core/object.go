@@ -125,21 +125,9 @@ func (o *object) acquire(t *turn, code turnCode, reentry bool) (*waiter, error) 
 			return nil, err
 		}
 	}
-	var w *waiter
-	if n := len(o.free); n > 0 {
-		w, o.free = o.free[n-1], o.free[:n-1]
-	} else {
-		w = &waiter{ch: make(chan struct{}, 1)}
-	}
+	w := o.newWaiter()
 	w.t, w.code, w.call = t, code, !reentry && code != nil
-	if o.tail == nil {
-		o.head = w
-	} else {
-		o.tail.next = w
-	}
-	o.tail = w
-	o.qlen++
-	t.waiting.Store(o) // before the gate can be handed to t, which clears it
+	o.enqueue(w) // t waiting before the gate can be handed to it, which clears it
 	o.mu.Unlock()
 	defer t.waiting.Store(nil)
 
@@ -324,12 +312,7 @@ func (o *object) post(t *turn, code turnCode, then func(error)) error {
 		o.mu.Unlock()
 		return ErrOverloaded
 	}
-	var w *waiter
-	if n := len(o.free); n > 0 {
-		w, o.free = o.free[n-1], o.free[:n-1]
-	} else {
-		w = &waiter{ch: make(chan struct{}, 1)}
-	}
+	w := o.newWaiter()
 	w.t, w.code, w.call, w.then = t, code, true, then
 	if free {
 		o.held, w.handed = true, true
@@ -338,6 +321,23 @@ func (o *object) post(t *turn, code turnCode, then func(error)) error {
 		o.rt.goWork(func() { o.serve(w) })
 		return nil
 	}
+	o.enqueue(w)
+	o.mu.Unlock()
+	return nil
+}
+
+// newWaiter takes a waiter from the free list, or makes one. o.mu is held.
+func (o *object) newWaiter() *waiter {
+	if n := len(o.free); n > 0 {
+		w := o.free[n-1]
+		o.free = o.free[:n-1]
+		return w
+	}
+	return &waiter{ch: make(chan struct{}, 1)}
+}
+
+// enqueue puts w at the back of the gate's queue and marks its turn as waiting on o. o.mu is held.
+func (o *object) enqueue(w *waiter) {
 	if o.tail == nil {
 		o.head = w
 	} else {
@@ -345,9 +345,7 @@ func (o *object) post(t *turn, code turnCode, then func(error)) error {
 	}
 	o.tail = w
 	o.qlen++
-	t.waiting.Store(o)
-	o.mu.Unlock()
-	return nil
+	w.t.waiting.Store(o)
 }
 
 // queued reports whether callers are waiting for the gate.

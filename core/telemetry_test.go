@@ -492,20 +492,7 @@ func TestLog_DeadlockRefused(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		logs := newLogCapture()
 		rt := coretest.Open(t, core.Options{Logger: slog.New(logs)})
-		s := peers(t, rt, new(int), "A", "B")
-		a, b := s[0], s[1]
-		other, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		var inner error
-		outer := callBounded(t, "A -> B (other ctx) -> A (B's ctx)", cancel, func() error {
-			return core.Do(context.Background(), a, func(context.Context, *peer) error {
-				return core.Do(other, b, func(ctx context.Context, _ *peer) error {
-					inner = core.Do(ctx, a, func(context.Context, *peer) error { return nil })
-					return inner
-				})
-			})
-		})
-		checkDeadlockErr(t, inner, outer)
+		hiddenCycle(t, rt)
 		_, ok := logs.find("event=deadlock_refused namespace=peers name=A")
 		require.True(t, ok, "the refusal is logged: %v", logs.all())
 	})
@@ -513,19 +500,10 @@ func TestLog_DeadlockRefused(t *testing.T) {
 
 // S-T4, S-O3: a damaged database is logged, naming the object and the file.
 func TestLog_Damaged(t *testing.T) {
-	dir := t.TempDir()
-	rt, err := core.Open(core.Options{Dir: dir})
-	require.NoError(t, err)
-	require.NoError(t, core.Do(context.Background(), getBox(t, boxes(t, rt, "d"), "x"), put))
-	require.NoError(t, rt.Close())
-	files, err := filepath.Glob(filepath.Join(dir, "d", "*.sqlite"))
-	require.NoError(t, err)
-	require.Len(t, files, 1)
-	require.NoError(t, os.Truncate(files[0], 0))
-
+	dir := emptiedBox(t)
 	logs := newLogCapture()
-	rt = openRT(t, core.Options{Dir: dir, Logger: slog.New(logs)})
-	err = core.Do(context.Background(), getBox(t, boxes(t, rt, "d"), "x"), put)
+	rt := openRT(t, core.Options{Dir: dir, Logger: slog.New(logs)})
+	err := core.Do(context.Background(), getBox(t, boxes(t, rt, "d"), "x"), put)
 	require.ErrorIs(t, err, core.ErrDamaged)
 	rec, ok := logs.find("event=damaged namespace=d name=x")
 	require.True(t, ok, "the damage is logged: %v", logs.all())
@@ -535,6 +513,22 @@ func TestLog_Damaged(t *testing.T) {
 // S-T1: without a Logger the runtime's records go to slog's default logger:
 // a damaged database is never silent.
 func TestLog_NilLoggerIsSlogDefault(t *testing.T) {
+	dir := emptiedBox(t)
+	logs := newLogCapture()
+	old := slog.Default()
+	slog.SetDefault(slog.New(logs))
+	defer slog.SetDefault(old)
+	rt := openRT(t, core.Options{Dir: dir})
+	err := core.Do(context.Background(), getBox(t, boxes(t, rt, "d"), "x"), put)
+	require.ErrorIs(t, err, core.ErrDamaged)
+	_, ok := logs.find("event=damaged namespace=d name=x")
+	require.True(t, ok, "the damage reaches slog's default logger: %v", logs.all())
+}
+
+// emptiedBox returns a directory whose box "x" of namespace "d" was written,
+// then had its database truncated to 0 bytes while no runtime held it.
+func emptiedBox(t *testing.T) string {
+	t.Helper()
 	dir := t.TempDir()
 	rt, err := core.Open(core.Options{Dir: dir, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
@@ -544,14 +538,5 @@ func TestLog_NilLoggerIsSlogDefault(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, files, 1)
 	require.NoError(t, os.Truncate(files[0], 0))
-
-	logs := newLogCapture()
-	old := slog.Default()
-	slog.SetDefault(slog.New(logs))
-	defer slog.SetDefault(old)
-	rt = openRT(t, core.Options{Dir: dir})
-	err = core.Do(context.Background(), getBox(t, boxes(t, rt, "d"), "x"), put)
-	require.ErrorIs(t, err, core.ErrDamaged)
-	_, ok := logs.find("event=damaged namespace=d name=x")
-	require.True(t, ok, "the damage reaches slog's default logger: %v", logs.all())
+	return dir
 }
