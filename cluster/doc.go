@@ -10,8 +10,8 @@
 //     among racing writers exactly one wins; a refusal is core.ErrLogConflict, and an
 //     acknowledgement lost to a timeout or a dropped connection is core.ErrLogUnknown (the
 //     record is sent once and never retried behind the caller's back).
-//   - Last and Leases.Get are linearizable: what the stream's leader returns is confirmed by a
-//     small write through the stream's quorum that expects it to still be the last, so that a
+//   - Last and Leases.Get are linearizable: they write a small barrier through the stream's
+//     quorum, then read the last record as of the barrier from a replica that has it, so that a
 //     leader cut off from the others never answers with a stale record.
 //   - Read brings a key's records in batches (512 per round trip) from any replica, up to the
 //     last record there was when it began; Trim purges a key's subject before a sequence.

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -126,21 +125,29 @@ func (e *Engine) create(ctx context.Context) error {
 			MaxBytes:          -1,
 			MaxAge:            0,
 			MaxMsgsPerSubject: -1,
-			AllowDirect:       true, // batched reads of a key's records
-			AllowRollup:       true, // the read barrier keeps one message
+			AllowDirect:       true, // reads from any replica, batched
+			AllowMsgTTL:       true, // read barriers go away by themselves
 			DenyDelete:        true,
 		})
 		if err != nil {
 			return fmt.Errorf("stream %s: %w", e.streamName(shard), err)
 		}
 	}
-	_, err := e.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:   e.kvName,
-		History:  1,
-		Storage:  jetstream.FileStorage,
-		Replicas: e.cfg.Replicas,
-	})
+	// The bucket is created once, then left as it is: an update would take back the TTLs that
+	// allowTTL lets its stream's messages carry.
+	_, err := e.js.KeyValue(ctx, e.kvName)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		_, err = e.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:   e.kvName,
+			History:  1,
+			Storage:  jetstream.FileStorage,
+			Replicas: e.cfg.Replicas,
+		})
+	}
 	if err != nil {
+		return fmt.Errorf("bucket %s: %w", e.kvName, err)
+	}
+	if err := e.allowTTL(ctx, e.kvStrm); err != nil {
 		return fmt.Errorf("bucket %s: %w", e.kvName, err)
 	}
 	if _, err = e.js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
@@ -175,18 +182,26 @@ func (e *Engine) create(ctx context.Context) error {
 	if _, _, _, err := e.getLeaseMarker(ctx, "$KV."+e.kvName+".=probe"); err != nil {
 		return fmt.Errorf("bucket %s: %w", e.kvName, err)
 	}
-	if _, _, _, err := e.confirmedLast(ctx, "OBJ_"+e.objBucket, e.blobMeta("=probe"), e.blobBarrier()); err != nil {
+	if _, err := e.objects.GetInfo(ctx, "=probe"); !errors.Is(err, jetstream.ErrObjectNotFound) {
 		return fmt.Errorf("object store %s: %w", e.objBucket, err)
 	}
 	return nil
 }
 
-func (e *Engine) blobMeta(name string) string {
-	return "$O." + e.objBucket + ".M." + base64.URLEncoding.EncodeToString([]byte(name))
+// allowTTL lets the stream's messages carry a TTL (for read barriers).
+func (e *Engine) allowTTL(ctx context.Context, stream string) error {
+	s, err := e.js.Stream(ctx, stream)
+	if err != nil {
+		return err
+	}
+	if cfg := s.CachedInfo().Config; !cfg.AllowMsgTTL {
+		cfg.AllowMsgTTL = true
+		if _, err := e.js.UpdateStream(ctx, cfg); err != nil {
+			return err
+		}
+	}
+	return nil
 }
-
-// blobBarrier is the object store's barrier subject: among chunk subjects, which are NUIDs.
-func (e *Engine) blobBarrier() string { return "$O." + e.objBucket + ".C.=sync" }
 
 func (e *Engine) streamName(shard int) string { return e.cfg.Prefix + "_log_" + strconv.Itoa(shard) }
 
@@ -249,6 +264,28 @@ func (e *Engine) bound(ctx context.Context) (context.Context, context.CancelFunc
 	return context.WithTimeout(ctx, e.cfg.Timeout)
 }
 
+// publishExpecting publishes m if subject's last sequence is expect. A replicated stream refuses
+// such a publish without looking at the sequence while an earlier publish to the subject is still
+// in flight at its leader (the "wrong last sequence" without a number), even one that has been
+// acknowledged already; the message is not stored then, so it is sent again, until the
+// sequence can be compared or ctx ends.
+func (e *Engine) publishExpecting(ctx context.Context, m *nats.Msg, expect uint64) (*jetstream.PubAck, error) {
+	wait := 500 * time.Microsecond
+	for {
+		ack, err := e.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(expect))
+		var apiErr *jetstream.APIError
+		if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequenceConstant {
+			return ack, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 20*time.Millisecond)
+	}
+}
+
 // isConflict reports whether err is JetStream's refusal of an expected last sequence.
 func isConflict(err error) bool {
 	var apiErr *jetstream.APIError
@@ -256,9 +293,10 @@ func isConflict(err error) bool {
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
-// Append implements core.Log. It sends the record once: an acknowledgement lost to a timeout or
-// a dropped connection is ErrLogUnknown, never retried into a false conflict or success. (The
-// client retries only a publish that found no stream to take it, which stored nothing.)
+// Append implements core.Log. An acknowledgement lost to a timeout or a dropped connection is
+// ErrLogUnknown, never retried into a false conflict or success: the record is sent again only
+// after a refusal that stored nothing (no stream to take it, or an earlier append to the key
+// still in flight at the leader).
 func (e *Engine) Append(ctx context.Context, key string, expect uint64, rec []byte) (uint64, error) {
 	_, subject, _, err := e.where(key)
 	if err != nil {
@@ -269,8 +307,7 @@ func (e *Engine) Append(ctx context.Context, key string, expect uint64, rec []by
 	}
 	ctx, cancel := e.bound(ctx)
 	defer cancel()
-	ack, err := e.js.PublishMsg(ctx, &nats.Msg{Subject: subject, Data: rec},
-		jetstream.WithExpectLastSequencePerSubject(expect))
+	ack, err := e.publishExpecting(ctx, &nats.Msg{Subject: subject, Data: rec}, expect)
 	switch {
 	case err == nil:
 		return ack.Sequence, nil
@@ -281,10 +318,10 @@ func (e *Engine) Append(ctx context.Context, key string, expect uint64, rec []by
 	}
 }
 
-// Last implements core.Log. The answer is linearizable: the record read from the stream's leader
-// is confirmed by a barrier written through the stream's quorum that expects it to be the key's
-// last. A leader cut off from its quorum, that does not know yet that another has replaced it,
-// cannot confirm what it read, so a stale record is never returned. It costs one small replicated
+// Last implements core.Log. The answer is linearizable: it is the key's last record as of a
+// barrier written through the stream's quorum after the call, read from a replica that has the
+// barrier. A leader cut off from its quorum, that does not know yet that another has replaced it,
+// cannot write the barrier, so a stale record is never returned. It costs one small replicated
 // write.
 func (e *Engine) Last(ctx context.Context, key string) (uint64, []byte, error) {
 	stream, subject, barrier, err := e.where(key)
@@ -324,61 +361,76 @@ func (e *Engine) confirmedLast(ctx context.Context, stream, subject, barrier str
 // attemptTimeout bounds one try of a read.
 const attemptTimeout = 2 * time.Second
 
+// tryConfirmedLast writes a barrier through the stream's quorum, then asks any replica for the
+// subject's last message up to the barrier, from a replica that has the barrier: a replica holds
+// only what its quorum committed, in order, so its answer is the subject's last message as of
+// the barrier, which lies between the call and the return. (The barrier expects nothing, so it
+// never makes an append to the subject fail.)
 func (e *Engine) tryConfirmedLast(ctx context.Context, stream, subject, barrier string) (uint64, nats.Header, []byte, error) {
-	seq, hdr, data, err := e.leaderLast(ctx, stream, subject)
-	if err != nil {
-		return 0, nil, nil, err
-	}
 	m := &nats.Msg{Subject: barrier, Header: nats.Header{}}
-	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
-	if _, err = e.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequenceForSubject(seq, subject)); err != nil {
-		// If it is a conflict, the subject moved between the read and the barrier, or an append
-		// to it is in flight.
+	m.Header.Set(jetstream.MsgTTLHeader, barrierTTL)
+	ack, err := e.js.PublishMsg(ctx, m)
+	if err != nil {
 		return 0, nil, nil, fmt.Errorf("read barrier: %w", err)
 	}
-	return seq, hdr, data, nil
+	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
+		found, seq, hdr, data, err := e.lastUpTo(ctx, stream, subject, barrier, ack.Sequence)
+		if err != nil || found {
+			return seq, hdr, data, err
+		}
+		// The replica that answered has not applied the barrier yet.
+		select {
+		case <-ctx.Done():
+			return 0, nil, nil, fmt.Errorf("waiting for a replica to apply the read barrier: %w", ctx.Err())
+		case <-time.After(wait):
+		}
+	}
 }
 
-type msgGetResponse struct {
-	Error   *jetstream.APIError `json:"error,omitempty"`
-	Message *struct {
-		Seq    uint64 `json:"seq"`
-		Header []byte `json:"hdrs,omitempty"`
-		Data   []byte `json:"data,omitempty"`
-	} `json:"message,omitempty"`
-}
+// barrierTTL is how long a read barrier stays in its stream: long enough for a replica to apply
+// it while a read waits for it (a read's attempt lasts at most attemptTimeout).
+const barrierTTL = "30s"
 
-// leaderLast asks stream's leader for subject's last message (0 if none).
-func (e *Engine) leaderLast(ctx context.Context, stream, subject string) (uint64, nats.Header, []byte, error) {
-	req, _ := json.Marshal(map[string]string{"last_by_subj": subject})
-	resp, err := e.nc.RequestWithContext(ctx, e.apiPfx+".STREAM.MSG.GET."+stream, req)
+// lastUpTo asks a replica for the last messages up to sequence upTo of subject and barrier; found
+// is whether the replica has the barrier message at upTo.
+func (e *Engine) lastUpTo(ctx context.Context, stream, subject, barrier string, upTo uint64) (found bool, seq uint64, hdr nats.Header, data []byte, err error) {
+	inbox := e.nc.NewRespInbox()
+	sub, err := e.nc.SubscribeSync(inbox)
 	if err != nil {
-		return 0, nil, nil, err
+		return false, 0, nil, nil, err
 	}
-	var r msgGetResponse
-	if err := json.Unmarshal(resp.Data, &r); err != nil {
-		return 0, nil, nil, fmt.Errorf("reading the last message: %w", err)
+	defer sub.Unsubscribe()
+	req, _ := json.Marshal(map[string]any{"multi_last": []string{subject, barrier}, "up_to_seq": upTo})
+	if err := e.nc.PublishRequest(e.apiPfx+".DIRECT.GET."+stream, inbox, req); err != nil {
+		return false, 0, nil, nil, err
 	}
-	if r.Error != nil {
-		if r.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound {
-			return 0, nil, nil, nil
+	for {
+		m, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			return false, 0, nil, nil, fmt.Errorf("direct get: %w", err)
 		}
-		return 0, nil, nil, r.Error
-	}
-	if r.Message == nil {
-		return 0, nil, nil, errors.New("reading the last message: empty answer")
-	}
-	var hdr nats.Header
-	if len(r.Message.Header) > 0 {
-		if hdr, err = nats.DecodeHeadersMsg(r.Message.Header); err != nil {
-			return 0, nil, nil, fmt.Errorf("reading the last message's headers: %w", err)
+		if status := m.Header.Get("Status"); status != "" {
+			switch status {
+			case "204", "404", "503": // the end; nothing there; no replica answering yet
+				return found, seq, hdr, data, nil
+			default:
+				return false, 0, nil, nil, fmt.Errorf("direct get: status %s %s", status, m.Header.Get("Description"))
+			}
+		}
+		mseq, err := strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64)
+		if err != nil {
+			return false, 0, nil, nil, fmt.Errorf("direct get: a message without a sequence: %w", err)
+		}
+		switch m.Header.Get("Nats-Subject") {
+		case barrier:
+			found = mseq == upTo
+		case subject:
+			seq, hdr, data = mseq, m.Header, m.Data
+			if data == nil {
+				data = []byte{}
+			}
 		}
 	}
-	data := r.Message.Data
-	if data == nil {
-		data = []byte{}
-	}
-	return r.Message.Seq, hdr, data, nil
 }
 
 // readBatch is how many records one round trip of Read brings at most.
@@ -520,14 +572,6 @@ func (e *Engine) GetBlob(ctx context.Context, name string, w io.Writer) error {
 	if name == "" {
 		return fmt.Errorf("cluster: get blob: empty name: %w", core.ErrNoObject)
 	}
-	// Confirm through the quorum which description of the blob is the last, so that the leader's
-	// answer below is not older.
-	bctx, cancel := e.bound(ctx)
-	_, _, _, err := e.confirmedLast(bctx, "OBJ_"+e.objBucket, e.blobMeta(name), e.blobBarrier())
-	cancel()
-	if err != nil {
-		return fmt.Errorf("cluster: get blob %q: %w", name, err)
-	}
 	res, err := e.objects.Get(ctx, name)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		return fmt.Errorf("cluster: get blob %q: %w", name, core.ErrNoObject)
@@ -617,8 +661,7 @@ func (e *Engine) Put(ctx context.Context, key string, value []byte, rev uint64) 
 		}
 		expect = marker
 	}
-	ack, err := e.js.PublishMsg(ctx, &nats.Msg{Subject: subject, Data: value},
-		jetstream.WithExpectLastSequencePerSubject(expect))
+	ack, err := e.publishExpecting(ctx, &nats.Msg{Subject: subject, Data: value}, expect)
 	switch {
 	case err == nil:
 		return ack.Sequence, nil
@@ -642,7 +685,7 @@ func (e *Engine) Delete(ctx context.Context, key string, rev uint64) error {
 	defer cancel()
 	m := &nats.Msg{Subject: subject, Header: nats.Header{}}
 	m.Header.Set(kvOperation, "DEL")
-	_, err = e.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(rev))
+	_, err = e.publishExpecting(ctx, m, rev)
 	switch {
 	case err == nil:
 		return nil
