@@ -111,8 +111,9 @@ func Run(t testing.TB, cfg Config) *Summary {
 		cfg.Logf = t.Logf
 	}
 	h := &harness{t: t, cfg: cfg}
-	t.Cleanup(h.reapAll)
-	h.setup()
+	root := t.TempDir()
+	t.Cleanup(h.reapAll) // registered after TempDir's, so it runs before the directory goes
+	h.setup(root)
 
 	ctx := context.Background()
 	clients := make([]Client, cfg.Nodes)
@@ -170,6 +171,10 @@ func Run(t testing.TB, cfg Config) *Summary {
 			}
 		}
 	}
+	for _, c := range clients {
+		c.Close()
+	}
+	h.reapAll()
 	for _, ops := range w.ops {
 		for _, op := range ops {
 			sum.Ops++
@@ -191,7 +196,7 @@ func Run(t testing.TB, cfg Config) *Summary {
 	return sum
 }
 
-func (h *harness) setup() {
+func (h *harness) setup(root string) {
 	n := h.cfg.Nodes
 	ports, err := freePorts(3*n + n*n)
 	if err != nil {
@@ -209,7 +214,6 @@ func (h *harness) setup() {
 	if h.net, err = NewNet(listen, clusterAddr); err != nil {
 		h.t.Fatalf("faults: links: %v", err)
 	}
-	root := h.t.TempDir()
 	for i := range n {
 		spec := NodeSpec{
 			Target: h.cfg.Target.Name(), Index: i, Name: fmt.Sprintf("n%d", i+1),

@@ -27,6 +27,7 @@ type Link struct {
 	l    net.Listener
 	to   string
 	mode atomic.Int32
+	drop atomic.Int64 // bytes thrown away
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
@@ -58,6 +59,9 @@ func (k *Link) Set(m Mode) {
 		k.mu.Unlock()
 	}
 }
+
+// Dropped returns how many bytes the link has thrown away.
+func (k *Link) Dropped() int64 { return k.drop.Load() }
 
 // Mode returns what the link lets through.
 func (k *Link) Mode() Mode { return Mode(k.mode.Load()) }
@@ -145,7 +149,7 @@ func (k *Link) pipe(dst, src net.Conn, drop Mode) {
 			case Cut:
 				return
 			case drop:
-				// thrown away
+				k.drop.Add(int64(n))
 			default:
 				if _, werr := dst.Write(buf[:n]); werr != nil {
 					return
