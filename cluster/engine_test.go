@@ -432,18 +432,19 @@ func BenchmarkAppend(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	var next atomic.Int64 // every goroutine of every round appends to a key of its own
 	for _, writers := range []int{1, 64} {
 		b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) {
-			var next atomic.Int64
 			if writers == 1 {
 				var last uint64
 				for b.Loop() {
-					seq, err := e.Append(ctx, "bench/1", last, make([]byte, 512))
+					seq, err := e.Append(ctx, fmt.Sprintf("bench/1/%d", next.Load()), last, make([]byte, 512))
 					if err != nil {
 						b.Fatal(err)
 					}
 					last = seq
 				}
+				next.Add(1)
 				return
 			}
 			b.SetParallelism(max(1, writers/runtime.GOMAXPROCS(0)))
