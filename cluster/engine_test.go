@@ -412,6 +412,44 @@ func TestEngine_LeaseReadYourWritesAcrossNodes(t *testing.T) {
 	}
 }
 
+// S-X1, S-X2: a writer alone on its key is never refused, however many reads of the key run
+// meanwhile (a read writes a barrier, which must not look like another writer) and however fast
+// it appends (JetStream refuses an append while the previous one is still in flight at the leader,
+// storing nothing; the engine sends it again).
+func TestEngine_NoFalseConflictUnderReads(t *testing.T) {
+	c := sharedCluster(t)
+	prefix := fmt.Sprintf("t%d", prefixes.Add(1))
+	w := c.engine(t, 0, cluster.Config{Prefix: prefix})
+	ctx, stop := context.WithCancel(t.Context())
+	var readers sync.WaitGroup
+	var reads atomic.Int64
+	for i := range 4 {
+		r := c.engine(t, i%3, cluster.Config{Prefix: prefix})
+		readers.Go(func() {
+			for ctx.Err() == nil {
+				if _, _, err := r.Last(ctx, "counters/solo"); err == nil {
+					reads.Add(1)
+				}
+			}
+		})
+	}
+	var last uint64
+	for i := range 300 {
+		seq, err := w.Append(t.Context(), "counters/solo", last, fmt.Appendf(nil, "%d", i))
+		if err != nil {
+			stop()
+			readers.Wait()
+			t.Fatalf("append %d of the only writer, expecting its own last record %d: %v", i, last, err)
+		}
+		last = seq
+	}
+	stop()
+	readers.Wait()
+	if reads.Load() == 0 {
+		t.Fatal("no read ran while the writer appended")
+	}
+}
+
 // BenchmarkAppend measures acknowledged appends (fsync on every write, 3 replicas on loopback)
 // by 1 and 64 writers, each on a key of its own, and Last, which writes a read barrier.
 func BenchmarkAppend(b *testing.B) {
