@@ -49,7 +49,8 @@
 //		nats.UserCredentials("app.creds"))
 //	engine, err := cluster.New(ctx, nc, cluster.Config{Prefix: "app"})
 //
-// Its servers should sync every write (sync_interval: always in their jetstream block) and accept
-// payloads of several MiB (max_payload), as embedded nodes do. The engine uses JetStream's default
-// API prefix (no domain).
+// Its servers should run NATS 2.11 or later (the engine uses per-message TTLs and batched direct
+// gets), sync every write (sync_interval: always in their jetstream block) and accept payloads of
+// several MiB (max_payload), as embedded nodes do. The engine uses JetStream's default API prefix
+// (no domain).
 package cluster
