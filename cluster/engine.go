@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -298,7 +299,7 @@ func isConflict(err error) bool {
 // after a refusal that stored nothing (no stream to take it, or an earlier append to the key
 // still in flight at the leader).
 func (e *Engine) Append(ctx context.Context, key string, expect uint64, rec []byte) (uint64, error) {
-	_, subject, _, err := e.where(key)
+	stream, subject, barrier, err := e.where(key)
 	if err != nil {
 		return 0, fmt.Errorf("cluster: append: %w", err)
 	}
@@ -312,9 +313,46 @@ func (e *Engine) Append(ctx context.Context, key string, expect uint64, rec []by
 	case err == nil:
 		return ack.Sequence, nil
 	case isConflict(err):
+		// During a change of leader, a server that still believes it leads can refuse the
+		// append while the new leader stores it, and the refusal may come back first. So a
+		// refusal stands only once a read through the quorum shows another record after expect.
+		if verr := e.confirmConflict(ctx, stream, subject, barrier, expect, rec); verr != nil {
+			return 0, fmt.Errorf("cluster: append to %q expecting %d: refused (%v), but %w: %w", key, expect, err, verr, core.ErrLogUnknown)
+		}
 		return 0, fmt.Errorf("cluster: append to %q expecting %d: %w (%v)", key, expect, core.ErrLogConflict, err)
 	default:
 		return 0, fmt.Errorf("cluster: append to %q expecting %d: %w (%w)", key, expect, core.ErrLogUnknown, err)
+	}
+}
+
+// confirmConflict returns nil if the key's record after expect is there and is not rec (so the
+// append that expected it cannot be stored, now or later), and an error saying why not otherwise.
+func (e *Engine) confirmConflict(ctx context.Context, stream, subject, barrier string, expect uint64, rec []byte) error {
+	last, _, _, err := e.confirmedLast(ctx, stream, subject, barrier)
+	switch {
+	case err != nil:
+		return fmt.Errorf("checking the refusal: %w", err)
+	case last == expect:
+		return errors.New("the key's last record is still the one expected: the append may yet be stored")
+	case last < expect:
+		return nil // expect was never a record of the key's
+	}
+	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
+		recs, err := e.readBatch(ctx, stream, subject, expect+1, last, 1)
+		if err != nil {
+			return fmt.Errorf("checking the refusal: %w", err)
+		}
+		if len(recs) > 0 {
+			if bytes.Equal(recs[0].data, rec) {
+				return fmt.Errorf("the record after %d, at %d, is this one", expect, recs[0].seq)
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("checking the refusal: %w", ctx.Err())
+		case <-time.After(wait):
+		}
 	}
 }
 
@@ -454,7 +492,7 @@ func (e *Engine) Read(ctx context.Context, key string, after uint64, fn func(uin
 	var behindSince time.Time
 	for wait := time.Millisecond; next <= until; {
 		bctx, cancel := e.bound(ctx)
-		recs, err := e.readBatch(bctx, stream, subject, next, until)
+		recs, err := e.readBatch(bctx, stream, subject, next, until, readBatch)
 		cancel()
 		if err != nil {
 			return fmt.Errorf("cluster: read of %q: %w", key, err)
@@ -491,14 +529,14 @@ type record struct {
 }
 
 // readBatch brings one batch of subject's records from next on, up to until.
-func (e *Engine) readBatch(ctx context.Context, stream, subject string, next, until uint64) ([]record, error) {
+func (e *Engine) readBatch(ctx context.Context, stream, subject string, next, until uint64, batch int) ([]record, error) {
 	inbox := e.nc.NewRespInbox()
 	sub, err := e.nc.SubscribeSync(inbox)
 	if err != nil {
 		return nil, err
 	}
 	defer sub.Unsubscribe()
-	req, _ := json.Marshal(map[string]any{"seq": next, "next_by_subj": subject, "batch": readBatch, "max_bytes": MaxPayload})
+	req, _ := json.Marshal(map[string]any{"seq": next, "next_by_subj": subject, "batch": batch, "max_bytes": MaxPayload})
 	if err := e.nc.PublishRequest(e.apiPfx+".DIRECT.GET."+stream, inbox, req); err != nil {
 		return nil, err
 	}

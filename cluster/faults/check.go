@@ -44,6 +44,7 @@ type Op struct {
 	Out    Outcome
 	Call   time.Duration // since the start of the run
 	Return time.Duration
+	Err    string `json:",omitempty"` // a write's error, for the record
 }
 
 // Record is one of a key's records as read at the end.

@@ -7,10 +7,10 @@
 // operation recorded with its call and return times and its outcome (ok, conflict, unknown).
 //
 // After the faults every link is healed and every node brought back, each key's records are read
-// from a node, and Check decides: every acknowledged append is there, at its sequence; no record
-// is there that no client wrote after its predecessor; epochs (where records carry them) never
-// decrease; and the history is linearizable (porcupine), an operation whose outcome is unknown
-// being left open from its call on.
+// through every node (they must agree), and Check decides: every acknowledged append is there, at
+// its sequence; no record is there that no client wrote after its predecessor; epochs (where
+// records carry them) never decrease; and the history is linearizable (porcupine), an operation
+// whose outcome is unknown being left open from its call on.
 //
 // A Target says what the node processes run and how clients reach them; EngineTarget is the
 // JetStream engine of package cluster alone. The harness runs as a test behind the build tag

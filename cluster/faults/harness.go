@@ -428,25 +428,31 @@ func (h *harness) faults(sum *Summary, r *rand.Rand) {
 
 func (h *harness) since() time.Duration { return time.Since(h.start).Round(time.Millisecond) }
 
-// finalRecords reads key's records, from the first node that answers (polling, within a
-// deadline, while the healed cluster elects its leaders), and checks that every node that answers
-// reads the same ones.
+// finalRecords reads key's records through every node (polling, within a deadline, while the
+// healed cluster elects its leaders), and fails if two nodes read different records.
 func (h *harness) finalRecords(clients []Client, key string) ([]Record, error) {
-	deadline := time.Now().Add(2 * time.Minute)
-	var last error
-	for time.Now().Before(deadline) {
-		for _, c := range clients {
+	var first []Record
+	for i, c := range clients {
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			recs, err := c.Records(ctx, key)
 			cancel()
 			if err == nil {
-				return recs, nil
+				if i == 0 {
+					first = recs
+				} else if fmt.Sprint(recs) != fmt.Sprint(first) {
+					return nil, fmt.Errorf("node %s reads %d records, node %s %d, not the same", h.procs[i].spec.Name, len(recs), h.procs[0].spec.Name, len(first))
+				}
+				break
 			}
-			last = err
+			if time.Now().After(deadline) {
+				return nil, fmt.Errorf("node %s: %w", h.procs[i].spec.Name, err)
+			}
+			time.Sleep(200 * time.Millisecond)
 		}
-		time.Sleep(200 * time.Millisecond)
 	}
-	return nil, last
+	return first, nil
 }
 
 // workload is the clients' side: concurrent writes with expected sequences and reads of the last
@@ -491,7 +497,11 @@ func (w *workload) client(ctx context.Context, id int, r *rand.Rand) {
 			if out == OK {
 				w.hintOf(key).Store(seq)
 			}
-			w.record(key, Op{Client: id, Node: node, Write: true, Expect: expect, Value: value, Seq: seq, Out: out, Call: call, Return: ret})
+			op := Op{Client: id, Node: node, Write: true, Expect: expect, Value: value, Seq: seq, Out: out, Call: call, Return: ret}
+			if err != nil {
+				op.Err = err.Error()
+			}
+			w.record(key, op)
 			if out != OK {
 				// Learn where the key is now, as a writer that lost a race does.
 				if seq, _, err := c.Read(octx, key); err == nil {
