@@ -307,6 +307,11 @@ func (o *object) runHeld(t *turn, code turnCode, alarm bool, body func(*turn) er
 	if o.rt.isClosed.Load() {
 		return ErrClosed
 	}
+	if o.rs != nil {
+		if err := o.claim(); err != nil {
+			return err
+		}
+	}
 	if !o.built {
 		if err := o.construct(t); err != nil {
 			return o.constructFailed(t, alarm, err)
@@ -402,6 +407,12 @@ func (t *turn) db() (*store, error) {
 		st, fresh, err := o.openDB()
 		if err != nil {
 			return nil, fmt.Errorf("core: open database: %w", err)
+		}
+		if o.rs != nil {
+			if err := o.rs.opened(o.place.db, fresh); err != nil {
+				st.Close()
+				return nil, fmt.Errorf("core: open database: %w", err)
+			}
 		}
 		o.store, o.fresh = st, fresh
 		o.hasStore.Store(true)
@@ -549,8 +560,14 @@ func (o *object) commit() error {
 	if err == nil && b.initMeta { // the batch creates the database: the catalog learns of it first
 		err = o.cataloged()
 	}
+	if err == nil && o.rs != nil {
+		err = o.beforeCommit(b)
+	}
 	if err == nil {
 		err = o.store.Control("COMMIT")
+	}
+	if err == nil && o.rs != nil { // the output waits for the log to hold the commit
+		err = o.ship(b)
 	}
 	o.batch = nil
 	if err != nil {
@@ -563,7 +580,11 @@ func (o *object) commit() error {
 	if b.timers {
 		o.rt.sched.committed(o.ns.name, o.id, o.name, next)
 	}
-	return b.finish(nil)
+	err = b.finish(nil)
+	if o.rs != nil {
+		o.maybeSnapshot()
+	}
+	return err
 }
 
 // finish ends the batch: its output leaves (or, with err, is dropped) and its turns go on.
@@ -579,6 +600,9 @@ func (b *batch) finish(err error) error {
 // unknown, so the batch is abandoned, the database closed and the instance dropped; the next turn
 // rebuilds from what is durable.
 func (o *object) poison(cause error) error {
+	if o.rs != nil { // cluster mode: the local file may be ahead of the log
+		return o.discard(cause)
+	}
 	err := fmt.Errorf("%w: %v", ErrCommitFailed, cause)
 	if b := o.batch; b != nil {
 		o.batch = nil

@@ -1,0 +1,287 @@
+package core_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/durable-go/durable/core"
+	"github.com/durable-go/durable/core/coretest"
+	"github.com/stretchr/testify/require"
+)
+
+// clusterTTL is the lease time of the cluster-mode tests.
+const clusterTTL = 4 * time.Second
+
+// node is one runtime of a test cluster: its own directory, its own view of the shared engine.
+type node struct {
+	rt   *core.Runtime
+	view *coretest.MemNode
+	ns   *core.Namespace[*core.State]
+	dir  string
+}
+
+// openNode opens a runtime named name over a directory of its own, as one node of c. Close is the
+// test's to call (or not: an abandoned node).
+func openNode(t *testing.T, c *coretest.MemCluster, name string, edit ...func(*core.Options)) *node {
+	t.Helper()
+	n := &node{view: c.Node(), dir: t.TempDir()}
+	opts := core.Options{Dir: n.dir, Logger: slog.New(slog.DiscardHandler),
+		Replication: &core.Replication{Node: name, Log: n.view.Log(), Leases: n.view.Leases(), LeaseTTL: clusterTTL}}
+	for _, e := range edit {
+		e(&opts)
+	}
+	rt, err := core.Open(opts)
+	require.NoError(t, err)
+	n.rt = rt
+	n.ns, err = core.Register(rt, "kv", func(_ context.Context, st *core.State) (*core.State, error) { return st, nil })
+	require.NoError(t, err)
+	return n
+}
+
+func (n *node) put(name, key, value string) error {
+	stub, err := n.ns.Get(name)
+	if err != nil {
+		return err
+	}
+	return core.Do(context.Background(), stub, func(ctx context.Context, st *core.State) error {
+		return st.Storage().Put(ctx, key, []byte(value))
+	})
+}
+
+func (n *node) get(name, key string) (string, error) {
+	stub, err := n.ns.Get(name)
+	if err != nil {
+		return "", err
+	}
+	return core.Call(context.Background(), stub, func(ctx context.Context, st *core.State) (string, error) {
+		v, ok, err := st.Storage().Get(ctx, key)
+		if !ok && err == nil {
+			return "", fmt.Errorf("no key %q", key)
+		}
+		return string(v), err
+	})
+}
+
+// S-CL1, S-CL4: a write acknowledged on node 1 is read on node 2 once node 1 has closed (its leases
+// handed back: node 2 takes the object at once), though node 2's directory never held the object.
+func TestClusterReadAfterDrain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := coretest.NewMemCluster()
+		n1 := openNode(t, c, "n1")
+		n2 := openNode(t, c, "n2")
+		defer n2.rt.Close()
+		for i := range 5 {
+			require.NoError(t, n1.put("counter", "k"+strconv.Itoa(i), "v"+strconv.Itoa(i)))
+		}
+		_, err := n2.get("counter", "k0")
+		require.ErrorIs(t, err, core.ErrNotOwner, "node 2 while node 1 holds the lease")
+		var noe *core.NotOwnerError
+		require.ErrorAs(t, err, &noe)
+		require.Equal(t, "n1", noe.Holder)
+
+		require.NoError(t, n1.rt.Close())
+		for i := range 5 {
+			v, err := n2.get("counter", "k"+strconv.Itoa(i))
+			require.NoError(t, err)
+			require.Equal(t, "v"+strconv.Itoa(i), v)
+		}
+		require.NoError(t, n2.put("counter", "k5", "v5"))
+		files, _ := filepath.Glob(filepath.Join(n2.dir, "kv", "*.sqlite"))
+		require.Len(t, files, 1, "node 2 rebuilt the object into its own directory")
+	})
+}
+
+// S-CL4, S-CL5: a node abandoned without Close (cut off from the engine, as a dead or partitioned
+// machine is) keeps its lease only until it stops renewing: node 2 takes the object once it has
+// seen the lease unrenewed for LeaseTTL by its own clock, and reads what node 1 acknowledged. Node 1,
+// unable to prove its lease, refuses to serve the object.
+func TestClusterTakeoverAfterExpiry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := coretest.NewMemCluster()
+		n1 := openNode(t, c, "n1")
+		n2 := openNode(t, c, "n2")
+		defer n2.rt.Close()
+		require.NoError(t, n1.put("acct", "balance", "100"))
+		n1.view.CutLog(true)
+		n1.view.CutLeases(true)
+
+		_, err := n2.get("acct", "balance")
+		require.ErrorIs(t, err, core.ErrNotOwner, "the lease was renewed moments ago")
+		time.Sleep(clusterTTL / 2)
+		_, err = n2.get("acct", "balance")
+		require.ErrorIs(t, err, core.ErrNotOwner, "seen unrenewed for half the TTL only")
+		time.Sleep(clusterTTL / 2)
+		v, err := n2.get("acct", "balance")
+		require.NoError(t, err)
+		require.Equal(t, "100", v)
+
+		_, err = n1.get("acct", "balance")
+		require.ErrorIs(t, err, core.ErrLeaseUnproven, "node 1 cannot renew: it must not serve")
+		require.True(t, core.IsRetryable(err))
+		n1.view.CutLog(false)
+		n1.view.CutLeases(false)
+		_, err = n1.get("acct", "balance")
+		require.ErrorIs(t, err, core.ErrFenced, "back in touch, node 1 finds its lease taken")
+		_, err = n1.get("acct", "balance")
+		require.ErrorIs(t, err, core.ErrNotOwner, "and from then on names node 2")
+		n1.rt.Close()
+	})
+}
+
+// S-CL5: a node cut off from the leases stops serving once its lease lapses by its own clock, reads
+// included, and serves again once it can renew (nobody took the object meanwhile).
+func TestClusterReadsRefusedWhenLeaseLapses(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := coretest.NewMemCluster()
+		n1 := openNode(t, c, "n1")
+		defer n1.rt.Close()
+		require.NoError(t, n1.put("acct", "balance", "7"))
+		n1.view.CutLeases(true)
+		v, err := n1.get("acct", "balance")
+		require.NoError(t, err, "the lease was renewed within LeaseTTL less the margin")
+		require.Equal(t, "7", v)
+		time.Sleep(clusterTTL)
+		_, err = n1.get("acct", "balance")
+		require.ErrorIs(t, err, core.ErrLeaseUnproven)
+		require.ErrorIs(t, n1.put("acct", "balance", "8"), core.ErrLeaseUnproven)
+		n1.view.CutLeases(false)
+		v, err = n1.get("acct", "balance")
+		require.NoError(t, err)
+		require.Equal(t, "7", v, "the refused write left nothing")
+	})
+}
+
+// gatedWeb answers HTTP after a write, holding its turn until released.
+type gatedWeb struct {
+	st      *core.State
+	entered chan struct{}
+	hold    chan struct{}
+}
+
+func (g *gatedWeb) Fetch(ctx context.Context, w http.ResponseWriter, r *http.Request) error {
+	if err := g.st.Storage().Put(ctx, "balance", []byte(r.URL.Query().Get("v"))); err != nil {
+		return err
+	}
+	if g.entered != nil {
+		g.entered <- struct{}{}
+		<-g.hold
+	}
+	fmt.Fprint(w, "written")
+	return nil
+}
+
+// S-CL3: an old owner paused in a turn (its clock stopped, so its lease looks valid to it) while
+// another node takes the object over is fenced at its commit: the log refuses its record, its
+// callers get ErrFenced, its HTTP response is never sent, and its local file is discarded. The new
+// owner never sees the write.
+func TestClusterPausedOwnerFenced(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := coretest.NewMemCluster()
+		entered, hold := make(chan struct{}), make(chan struct{})
+		frozen := time.Now()
+		n1 := openNode(t, c, "n1", func(o *core.Options) { o.Now = func() time.Time { return frozen } })
+		web1, err := core.Register(n1.rt, "web", func(_ context.Context, st *core.State) (*gatedWeb, error) {
+			return &gatedWeb{st: st, entered: entered, hold: hold}, nil
+		})
+		require.NoError(t, err)
+		n2 := openNode(t, c, "n2")
+		defer n2.rt.Close()
+		web2, err := core.Register(n2.rt, "web", func(_ context.Context, st *core.State) (*gatedWeb, error) {
+			return &gatedWeb{st: st}, nil
+		})
+		require.NoError(t, err)
+		read := func(ns *core.Namespace[*gatedWeb]) (string, error) {
+			stub, _ := ns.Get("acct")
+			return core.Call(context.Background(), stub, func(ctx context.Context, g *gatedWeb) (string, error) {
+				v, _, err := g.st.Storage().Get(ctx, "balance")
+				return string(v), err
+			})
+		}
+		stub1, _ := web1.Get("acct")
+		go func() { <-entered; hold <- struct{}{} }()
+		rec := httptest.NewRecorder()
+		stub1.ServeHTTP(rec, httptest.NewRequest("POST", "/?v=100", nil))
+		require.Equal(t, 200, rec.Code)
+
+		rec = httptest.NewRecorder()
+		served := make(chan struct{})
+		go func() { defer close(served); stub1.ServeHTTP(rec, httptest.NewRequest("POST", "/?v=999", nil)) }()
+		<-entered // node 1 is inside the turn, its write made
+		queued := make(chan error, 1)
+		go func() {
+			queued <- core.Do(context.Background(), stub1, func(ctx context.Context, g *gatedWeb) error {
+				return g.st.Storage().Put(ctx, "other", []byte("x"))
+			})
+		}()
+		n1.view.CutLeases(true) // node 1 pauses: no renewals
+		_, err = read(web2)
+		require.ErrorIs(t, err, core.ErrNotOwner)
+		time.Sleep(clusterTTL)
+		v, err := read(web2)
+		require.NoError(t, err)
+		require.Equal(t, "100", v)
+
+		close(hold) // node 1 resumes
+		<-served
+		require.Equal(t, 500, rec.Code, "the fenced turn's response is never sent")
+		require.NotContains(t, rec.Body.String(), "written")
+		require.ErrorIs(t, <-queued, core.ErrFenced, "the turn that joined its batch is not acknowledged")
+		require.False(t, core.IsRetryable(core.ErrFenced))
+		files, _ := filepath.Glob(filepath.Join(n1.dir, "web", "*.sqlite*"))
+		require.Empty(t, files, "the fenced node's local file is discarded")
+		v, err = read(web2)
+		require.NoError(t, err)
+		require.Equal(t, "100", v)
+		n1.view.CutLeases(false)
+		_, err = read(web1)
+		require.ErrorIs(t, err, core.ErrNotOwner)
+		n1.rt.Close()
+	})
+}
+
+// S-CL2: an append whose outcome the log could not tell is resolved by reading the log's head: a
+// record that landed is not appended twice, one that did not is appended again; a commit whose
+// outcome stays unknown is refused with ErrCommitUnknown, and the node rebuilds from the log.
+func TestClusterUnknownAppendOutcome(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := coretest.NewMemCluster()
+		n1 := openNode(t, c, "n1")
+		require.NoError(t, n1.put("acct", "a", "1"))
+		before := len(c.Records("kv/acct"))
+
+		n1.view.LoseAcks(1) // lands, reported unknown
+		require.NoError(t, n1.put("acct", "b", "2"))
+		require.Len(t, c.Records("kv/acct"), before+1, "one record, not two")
+		n1.view.DropAppends(1) // does not land, reported unknown
+		require.NoError(t, n1.put("acct", "c", "3"))
+		require.Len(t, c.Records("kv/acct"), before+2)
+
+		n1.view.DropAppends(100)
+		err := n1.put("acct", "d", "4")
+		require.ErrorIs(t, err, core.ErrCommitUnknown)
+		require.False(t, core.IsRetryable(err), "a blind retry could apply it twice")
+		n1.view.DropAppends(0)
+		for k, want := range map[string]string{"a": "1", "b": "2", "c": "3"} {
+			v, err := n1.get("acct", k)
+			require.NoError(t, err)
+			require.Equal(t, want, v)
+		}
+		_, err = n1.get("acct", "d")
+		require.ErrorContains(t, err, "no key", "the unknown commit did not land: the file was rebuilt without it")
+		require.NoError(t, n1.rt.Close())
+
+		n2 := openNode(t, c, "n2")
+		defer n2.rt.Close()
+		v, err := n2.get("acct", "c")
+		require.NoError(t, err)
+		require.Equal(t, "3", v)
+	})
+}
