@@ -1,13 +1,18 @@
 package core_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -40,6 +45,7 @@ func openNode(t *testing.T, c *coretest.MemCluster, name string, edit ...func(*c
 	}
 	rt, err := core.Open(opts)
 	require.NoError(t, err)
+	t.Cleanup(func() { rt.Close() }) // a second Close is a no-op: tests close nodes themselves to drain them
 	n.rt = rt
 	n.ns, err = core.Register(rt, "kv", func(_ context.Context, st *core.State) (*core.State, error) { return st, nil })
 	require.NoError(t, err)
@@ -231,7 +237,7 @@ func TestClusterPausedOwnerFenced(t *testing.T) {
 
 		close(hold) // node 1 resumes
 		<-served
-		require.Equal(t, 500, rec.Code, "the fenced turn's response is never sent")
+		require.Equal(t, http.StatusMisdirectedRequest, rec.Code, "the fenced turn's response is never sent")
 		require.NotContains(t, rec.Body.String(), "written")
 		require.ErrorIs(t, <-queued, core.ErrFenced, "the turn that joined its batch is not acknowledged")
 		require.False(t, core.IsRetryable(core.ErrFenced))
@@ -283,5 +289,196 @@ func TestClusterUnknownAppendOutcome(t *testing.T) {
 		v, err := n2.get("acct", "c")
 		require.NoError(t, err)
 		require.Equal(t, "3", v)
+	})
+}
+
+// copyDir copies the files of src (one level of subdirectories) into dst.
+func copyDir(t *testing.T, src, dst string) {
+	t.Helper()
+	err := filepath.WalkDir(src, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, path)
+		if d.IsDir() {
+			return os.MkdirAll(filepath.Join(dst, rel), 0o755)
+		}
+		if strings.HasSuffix(path, ".lock") || strings.HasSuffix(path, "-shm") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dst, rel), b, 0o644)
+	})
+	require.NoError(t, err)
+}
+
+// S-CL6: a local file ahead of the log (the node stopped between its local COMMIT and the append)
+// is found out at the next activation, by the position row its commit wrote, and rebuilt from the
+// log: the write that never reached the log is gone, as its caller was never told it was made.
+func TestClusterFileAheadDiscarded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := coretest.NewMemCluster()
+		n1 := openNode(t, c, "n1")
+		require.NoError(t, n1.put("acct", "balance", "100"))
+		crashed := t.TempDir()
+		n1.view.BeforeAppend(func(string, []byte) error {
+			copyDir(t, n1.dir, crashed) // the machine dies here: the local COMMIT is made, the record is not sent
+			return errors.New("the machine died")
+		})
+		require.Error(t, n1.put("acct", "balance", "999"))
+		n1.view.BeforeAppend(nil)
+		require.NoError(t, n1.rt.Close())
+
+		files, _ := filepath.Glob(filepath.Join(crashed, "kv", "*.sqlite"))
+		require.Len(t, files, 1)
+		n3 := openNode(t, c, "n3", func(o *core.Options) { o.Dir = crashed }) // the machine restarts on its old disk
+		defer n3.rt.Close()
+		v, err := n3.get("acct", "balance")
+		require.NoError(t, err)
+		require.Equal(t, "100", v, "the file ahead of the log was rebuilt from it")
+		require.NoError(t, n3.put("acct", "balance", "101"))
+		v, err = n3.get("acct", "balance")
+		require.NoError(t, err)
+		require.Equal(t, "101", v)
+	})
+}
+
+// S-CL7: every SnapshotEvery records the owner writes a snapshot (the database file as a blob, a
+// record pointing at it), trims the records before it and deletes the previous blob; a node with
+// an empty directory rebuilds from the snapshot and the records after it.
+func TestClusterSnapshotTrimRebuild(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := coretest.NewMemCluster()
+		n1 := openNode(t, c, "n1", func(o *core.Options) { o.Replication.SnapshotEvery = 5 })
+		for i := range 12 {
+			require.NoError(t, n1.put("acct", "k"+strconv.Itoa(i), "v"+strconv.Itoa(i)))
+		}
+		recs := c.Records("kv/acct")
+		require.Less(t, len(recs), 13, "records before the snapshot are trimmed")
+		require.Equal(t, byte(3), recs[0][1], "the log starts at its snapshot record")
+		require.Len(t, c.Blobs(), 1, "the previous snapshot's blob is deleted")
+		require.GreaterOrEqual(t, n1.rt.ReplicationStats().Snapshots, int64(2))
+		require.NoError(t, n1.rt.Close())
+
+		n2 := openNode(t, c, "n2")
+		defer n2.rt.Close()
+		for i := range 12 {
+			v, err := n2.get("acct", "k"+strconv.Itoa(i))
+			require.NoError(t, err)
+			require.Equal(t, "v"+strconv.Itoa(i), v)
+		}
+	})
+}
+
+// S-CL8: a commit larger than MaxRecordBytes is appended as several records, the last completing it;
+// another node replays it whole.
+func TestClusterLargeCommit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := coretest.NewMemCluster()
+		n1 := openNode(t, c, "n1")
+		big := make([]byte, 3<<20)
+		rand.Read(big) // incompressible
+		stub, _ := n1.ns.Get("blob")
+		before, _ := c.Appended()
+		err := core.Do(context.Background(), stub, func(ctx context.Context, st *core.State) error {
+			s := st.Storage()
+			if _, err := s.Exec(ctx, "CREATE TABLE big(b BLOB)"); err != nil {
+				return err
+			}
+			_, err := s.Exec(ctx, "INSERT INTO big VALUES (?)", big)
+			return err
+		})
+		require.NoError(t, err)
+		after, _ := c.Appended()
+		require.GreaterOrEqual(t, after-before, int64(4), "an epoch record and at least three parts")
+		for _, r := range c.Records("kv/blob") {
+			require.LessOrEqual(t, len(r), core.MaxRecordBytes)
+		}
+		require.NoError(t, n1.rt.Close())
+
+		n2 := openNode(t, c, "n2")
+		defer n2.rt.Close()
+		stub2, _ := n2.ns.Get("blob")
+		got, err := core.Call(context.Background(), stub2, func(ctx context.Context, st *core.State) ([]byte, error) {
+			var b []byte
+			err := st.Storage().One(ctx, "SELECT b FROM big").Scan(&b)
+			return b, err
+		})
+		require.NoError(t, err)
+		require.True(t, bytes.Equal(big, got), "the large commit came back whole")
+	})
+}
+
+// alarmed records its alarm runs.
+type alarmed struct {
+	st  *core.State
+	ran chan string
+}
+
+func (a *alarmed) Alarm(ctx context.Context, _ core.AlarmInfo) error {
+	a.ran <- a.st.Name()
+	return a.st.Storage().Put(ctx, "alarm", []byte("ran"))
+}
+
+// S-CL9: only the owner runs an object's alarm; an object rebuilt on another node has its timers
+// indexed there, and its alarm fires there.
+func TestClusterAlarmFollowsOwner(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := coretest.NewMemCluster()
+		reg := func(n *node) (*core.Namespace[*alarmed], chan string) {
+			ran := make(chan string, 4)
+			ns, err := core.Register(n.rt, "alarms", func(_ context.Context, st *core.State) (*alarmed, error) {
+				return &alarmed{st: st, ran: ran}, nil
+			})
+			require.NoError(t, err)
+			return ns, ran
+		}
+		n1 := openNode(t, c, "n1")
+		a1, ran1 := reg(n1)
+		stub, _ := a1.Get("reminder")
+		require.NoError(t, core.Do(context.Background(), stub, func(ctx context.Context, a *alarmed) error {
+			return a.st.SetAlarm(ctx, a.st.Now().Add(time.Minute))
+		}))
+		require.NoError(t, n1.rt.Close())
+
+		n2 := openNode(t, c, "n2")
+		defer n2.rt.Close()
+		a2, ran2 := reg(n2)
+		stub2, _ := a2.Get("reminder")
+		at, err := core.Call(context.Background(), stub2, func(ctx context.Context, a *alarmed) (time.Time, error) {
+			at, _, err := a.st.GetAlarm(ctx)
+			return at, err
+		})
+		require.NoError(t, err)
+		require.False(t, at.IsZero())
+		time.Sleep(time.Until(at) + time.Second)
+		synctest.Wait()
+		select {
+		case name := <-ran2:
+			require.Equal(t, "reminder", name)
+		default:
+			t.Fatal("the alarm did not run on the node that rebuilt the object")
+		}
+		require.Empty(t, ran1)
+	})
+}
+
+// S-CL11: cluster mode is checked at Open, and facets are refused in it.
+func TestClusterOptions(t *testing.T) {
+	_, err := core.Open(core.Options{Replication: &core.Replication{}})
+	require.ErrorContains(t, err, "Node is required")
+	c := coretest.NewMemCluster()
+	_, err = core.Open(core.Options{Replication: &core.Replication{Node: "n1", Leases: c.Node().Leases()}})
+	require.ErrorContains(t, err, "Log is nil")
+	synctest.Test(t, func(t *testing.T) {
+		n := openNode(t, c, "n1")
+		defer n.rt.Close()
+		_, err := core.RegisterFacet(n.rt, n.ns, "child", func(_ context.Context, st *core.State) (*core.State, error) { return st, nil })
+		require.ErrorIs(t, err, core.ErrFacetsInCluster)
+		_, err = n.rt.Quarantine(context.Background(), "kv", "x")
+		require.ErrorIs(t, err, core.ErrClusterMode)
 	})
 }
