@@ -2,6 +2,7 @@ package core
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -14,6 +15,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/durable-go/durable/core/internal/walship"
@@ -209,6 +211,8 @@ func (o *object) replay(after uint64, want *batchID) (lastEpoch uint64, at bool,
 		data      = want != nil // the target holds a database
 		records   int
 		blob      = rs.snapBlob
+		pages     = pageCache{f: f}
+		raw       bytes.Buffer
 	)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*replOpTimeout)
 	defer cancel()
@@ -244,6 +248,7 @@ func (o *object) replay(after uint64, want *batchID) (lastEpoch uint64, at bool,
 			if want != nil {
 				return nil // a snapshot of a state the file went through
 			}
+			pages.drop()
 			if err := loadSnapshot(ctx, o.rt.repl.cfg.Log, info, f); err != nil {
 				return fmt.Errorf("record %d: %w", s, err)
 			}
@@ -259,16 +264,16 @@ func (o *object) replay(after uint64, want *batchID) (lastEpoch uint64, at bool,
 			if r.more() {
 				return nil
 			}
-			raw, err := unpack(parts, r.flags)
+			b, err := unpack(parts, r.flags, &raw)
 			parts = nil
 			if err != nil {
 				return fmt.Errorf("record %d: %w", s, err)
 			}
-			c, err := decodeCommit(raw)
+			c, err := decodeCommit(b)
 			if err != nil {
 				return fmt.Errorf("record %d: %w", s, err)
 			}
-			if err := walship.WritePages(f, c); err != nil {
+			if err := pages.add(c); err != nil {
 				return err
 			}
 			data = true
@@ -277,6 +282,9 @@ func (o *object) replay(after uint64, want *batchID) (lastEpoch uint64, at bool,
 		}
 		return nil
 	})
+	if err == nil {
+		err = pages.flush()
+	}
 	if errors.Is(err, errNotAt) || (want != nil && first) {
 		return 0, false, nil // nothing written: the first record was checked before
 	}
@@ -313,6 +321,71 @@ func (o *object) replay(after uint64, want *batchID) (lastEpoch uint64, at bool,
 		rs.records += records
 	}
 	return lastEpoch, true, nil
+}
+
+// pageCache gathers the pages of replayed commits, each page's last image, and writes them into the
+// file in one pass (a counter's commits rewrite the same few pages): at the end of the replay, or
+// once it holds replayCacheBytes.
+type pageCache struct {
+	f        *os.File
+	pages    map[uint32][]byte
+	pageSize int
+	dbPages  uint32
+	bytes    int
+}
+
+const replayCacheBytes = 64 << 20
+
+func (p *pageCache) add(c *walship.Commit) error {
+	if p.pageSize != 0 && p.pageSize != c.PageSize {
+		if err := p.flush(); err != nil {
+			return err
+		}
+	}
+	if p.pages == nil {
+		p.pages = map[uint32][]byte{}
+	}
+	shrank := c.DBPages < p.dbPages
+	p.pageSize, p.dbPages = c.PageSize, c.DBPages
+	for _, pg := range c.Pages {
+		if old, ok := p.pages[pg.No]; ok {
+			copy(old, pg.Data)
+			continue
+		}
+		p.pages[pg.No] = bytes.Clone(pg.Data)
+		p.bytes += len(pg.Data)
+	}
+	for no := range p.pages { // pages past the end are cut by the commit
+		if shrank && no > p.dbPages {
+			delete(p.pages, no)
+			p.bytes -= p.pageSize
+		}
+	}
+	if p.bytes >= replayCacheBytes {
+		return p.flush()
+	}
+	return nil
+}
+
+// flush writes the gathered pages and truncates the file to the last commit's size.
+func (p *pageCache) flush() error {
+	if p.pageSize == 0 {
+		return nil
+	}
+	c := &walship.Commit{PageSize: p.pageSize, DBPages: p.dbPages}
+	for no, data := range p.pages {
+		c.Pages = append(c.Pages, walship.Page{No: no, Data: data})
+	}
+	slices.SortFunc(c.Pages, func(a, b walship.Page) int { return cmp.Compare(a.No, b.No) })
+	err := walship.WritePages(p.f, c)
+	p.drop()
+	return err
+}
+
+// drop forgets the gathered pages (a snapshot replaces the file).
+func (p *pageCache) drop() {
+	clear(p.pages)
+	p.pageSize, p.dbPages, p.bytes = 0, 0, 0
 }
 
 // loadSnapshot writes the snapshot's blob as the whole of f, checking its size and checksum.

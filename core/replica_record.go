@@ -161,16 +161,26 @@ func pack(raw []byte) (payload []byte, flags byte) {
 	return buf.Bytes(), recFlate
 }
 
-func unpack(payload []byte, flags byte) ([]byte, error) {
+// unpack returns a commit's payload as encodeCommit laid it out, in buf (reused) if it was deflated.
+func unpack(payload []byte, flags byte, buf *bytes.Buffer) ([]byte, error) {
 	if flags&recFlate == 0 {
 		return payload, nil
 	}
-	b, err := io.ReadAll(flate.NewReader(bytes.NewReader(payload)))
-	if err != nil {
+	r, _ := inflaters.Get().(io.ReadCloser)
+	if r == nil {
+		r = flate.NewReader(bytes.NewReader(payload))
+	} else {
+		r.(flate.Resetter).Reset(bytes.NewReader(payload), nil)
+	}
+	defer inflaters.Put(r)
+	buf.Reset()
+	if _, err := buf.ReadFrom(r); err != nil {
 		return nil, fmt.Errorf("%w: %v", errBadRecord, err)
 	}
-	return b, nil
+	return buf.Bytes(), nil
 }
+
+var inflaters sync.Pool
 
 // commitRecords makes the records of one commit, chained from prev: one, or several parts of at
 // most MaxRecordBytes.
