@@ -355,10 +355,12 @@ func (p *pageCache) add(c *walship.Commit) error {
 		p.pages[pg.No] = bytes.Clone(pg.Data)
 		p.bytes += len(pg.Data)
 	}
-	for no := range p.pages { // pages past the end are cut by the commit
-		if shrank && no > p.dbPages {
-			delete(p.pages, no)
-			p.bytes -= p.pageSize
+	if shrank { // pages past the end are cut by the commit
+		for no := range p.pages {
+			if no > p.dbPages {
+				delete(p.pages, no)
+				p.bytes -= p.pageSize
+			}
 		}
 	}
 	if p.bytes >= replayCacheBytes {
