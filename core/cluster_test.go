@@ -249,6 +249,9 @@ func TestClusterPausedOwnerFenced(t *testing.T) {
 		n1.view.CutLeases(false)
 		_, err = read(web1)
 		require.ErrorIs(t, err, core.ErrNotOwner)
+		rec = httptest.NewRecorder()
+		stub1.ServeHTTP(rec, httptest.NewRequest("POST", "/?v=5", nil))
+		require.Equal(t, http.StatusMisdirectedRequest, rec.Code, "an object another node owns answers 421")
 		n1.rt.Close()
 	})
 }
@@ -480,5 +483,25 @@ func TestClusterOptions(t *testing.T) {
 		require.ErrorIs(t, err, core.ErrFacetsInCluster)
 		_, err = n.rt.Quarantine(context.Background(), "kv", "x")
 		require.ErrorIs(t, err, core.ErrClusterMode)
+	})
+}
+
+// S-CL4: an object evicted for idleness hands its lease back: another node takes it at once.
+func TestClusterEvictionHandsLeaseBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := coretest.NewMemCluster()
+		n1 := openNode(t, c, "n1", func(o *core.Options) { o.IdleTimeout = time.Second })
+		n2 := openNode(t, c, "n2")
+		require.NoError(t, n1.put("acct", "balance", "3"))
+		_, err := n2.get("acct", "balance")
+		require.ErrorIs(t, err, core.ErrNotOwner)
+		time.Sleep(3 * time.Second)
+		synctest.Wait()
+		require.Equal(t, int64(1), n1.rt.Stats().Evictions)
+		v, err := n2.get("acct", "balance")
+		require.NoError(t, err, "no wait for the lease to expire")
+		require.Equal(t, "3", v)
+		_, err = n1.get("acct", "balance")
+		require.ErrorIs(t, err, core.ErrNotOwner, "and node 1 now sends callers to node 2")
 	})
 }

@@ -50,7 +50,7 @@ func dump(t *testing.T, path string) string {
 	return out.String()
 }
 
-// A replica that applies what the cursor returns after each commit holds what the source holds:
+// S-CL1: a replica that applies what the cursor returns after each commit holds what the source holds:
 // across small and large commits, a rolled-back transaction that spilled frames, checkpoints and
 // restarts of the log (new salts), and a shrinking database.
 func TestCursorFollowsCommits(t *testing.T) {
