@@ -14,7 +14,9 @@ import (
 // counterNS registers counters: one row, incremented by each call.
 func counterNS(b *testing.B, rt *core.Runtime) *core.Namespace[*core.State] {
 	ns, err := core.Register(rt, "counters", func(ctx context.Context, st *core.State) (*core.State, error) {
-		_, err := st.Storage().Exec(ctx, "CREATE TABLE IF NOT EXISTS c(id INTEGER PRIMARY KEY, n INTEGER NOT NULL)")
+		_, err := st.Storage().Exec(ctx, `CREATE TABLE IF NOT EXISTS c(id INTEGER PRIMARY KEY, n INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS msgs(id INTEGER PRIMARY KEY, at INTEGER NOT NULL, body TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS msgs_at ON msgs(at)`)
 		return st, err
 	})
 	if err != nil {
@@ -38,45 +40,69 @@ func clusterNode(b *testing.B, c *coretest.MemCluster, name string, every int) *
 	return rt
 }
 
-// BenchmarkReplicaCounter is one caller incrementing one counter, single-process and in cluster
-// mode over the in-memory engine (so the difference is the runtime's own cost of shipping: reading
-// the commit's WAL frames, encoding and compressing them, the lease check; not a network's). It
-// reports the records per commit and their bytes, and the page images they carry before
-// compression.
-func BenchmarkReplicaCounter(b *testing.B) {
-	for _, mode := range []string{"single", "cluster"} {
-		b.Run("mode="+mode, func(b *testing.B) {
-			var rt *core.Runtime
-			if mode == "single" {
-				var err error
-				if rt, err = core.Open(core.Options{Dir: b.TempDir(), Logger: slog.New(slog.DiscardHandler)}); err != nil {
-					b.Fatal(err)
+// commitShapes are typical commits of the cookbook's patterns: a counter increment (rate limiter,
+// link counter), a KV put of a new 100-byte value (sessions, carts), and a 1 KB row appended to an
+// indexed table (a room's message log).
+var commitShapes = []struct {
+	name string
+	fn   func(i int) func(ctx context.Context, st *core.State) error
+}{
+	{"counter", func(int) func(context.Context, *core.State) error { return increment }},
+	{"kv-put-100B", func(i int) func(context.Context, *core.State) error {
+		return func(ctx context.Context, st *core.State) error {
+			return st.Storage().Put(ctx, fmt.Sprintf("session/%08d", i), make([]byte, 100))
+		}
+	}},
+	{"row-1KB", func(i int) func(context.Context, *core.State) error {
+		return func(ctx context.Context, st *core.State) error {
+			_, err := st.Storage().Exec(ctx, "INSERT INTO msgs(at, body) VALUES (?, ?)", i, fmt.Sprintf("%01024d", i))
+			return err
+		}
+	}},
+}
+
+// BenchmarkReplicaCommit is one caller committing to one object, single-process and in cluster mode
+// over the in-memory engine (so the difference is the runtime's own cost of shipping: reading the
+// commit's WAL frames, encoding and deflating them, the lease check; not a network's), for each
+// commit shape. It reports the records per commit and their bytes, and the page images they carry
+// before compression.
+func BenchmarkReplicaCommit(b *testing.B) {
+	for _, shape := range commitShapes {
+		for _, mode := range []string{"single", "cluster"} {
+			b.Run("shape="+shape.name+"/mode="+mode, func(b *testing.B) {
+				var rt *core.Runtime
+				if mode == "single" {
+					var err error
+					if rt, err = core.Open(core.Options{Dir: b.TempDir(), Logger: slog.New(slog.DiscardHandler)}); err != nil {
+						b.Fatal(err)
+					}
+				} else {
+					rt = clusterNode(b, coretest.NewMemCluster(), "n1", 1<<30)
 				}
-			} else {
-				rt = clusterNode(b, coretest.NewMemCluster(), "n1", 1<<30)
-			}
-			defer rt.Close()
-			stub, _ := counterNS(b, rt).Get("c")
-			ctx := context.Background()
-			if err := core.Do(ctx, stub, increment); err != nil {
-				b.Fatal(err)
-			}
-			before := rt.ReplicationStats()
-			b.ResetTimer()
-			for b.Loop() {
+				defer rt.Close()
+				stub, _ := counterNS(b, rt).Get("c")
+				ctx := context.Background()
 				if err := core.Do(ctx, stub, increment); err != nil {
 					b.Fatal(err)
 				}
-			}
-			b.StopTimer()
-			if mode == "cluster" {
-				s := rt.ReplicationStats()
-				commits := float64(s.Commits - before.Commits)
-				b.ReportMetric(float64(s.Records-before.Records)/commits, "records/commit")
-				b.ReportMetric(float64(s.RecordBytes-before.RecordBytes)/commits, "bytes/commit")
-				b.ReportMetric(float64(s.PageBytes-before.PageBytes)/commits, "page-bytes/commit")
-			}
-		})
+				before := rt.ReplicationStats()
+				i := 0
+				for b.Loop() {
+					if err := core.Do(ctx, stub, shape.fn(i)); err != nil {
+						b.Fatal(err)
+					}
+					i++
+				}
+				b.StopTimer()
+				if mode == "cluster" {
+					s := rt.ReplicationStats()
+					commits := float64(s.Commits - before.Commits)
+					b.ReportMetric(float64(s.Records-before.Records)/commits, "records/commit")
+					b.ReportMetric(float64(s.RecordBytes-before.RecordBytes)/commits, "bytes/commit")
+					b.ReportMetric(float64(s.PageBytes-before.PageBytes)/commits, "page-bytes/commit")
+				}
+			})
+		}
 	}
 }
 

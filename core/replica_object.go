@@ -67,7 +67,13 @@ func (o *object) claim() error {
 		o.closeStore()
 	}
 	if err := o.openEpoch(); err != nil {
+		// The log could not be read or appended to: hand the lease back rather than hold an object
+		// this node cannot serve.
 		removeLocal(o.place.db)
+		if rerr := n.release(rs.lease); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+		rs.lease = nil
 		return err
 	}
 	return nil
@@ -130,14 +136,15 @@ func (o *object) indexLocal() {
 // batch whose record never made it), rebuilt from the latest snapshot and the records after it. It
 // returns the last epoch the log holds.
 func (o *object) syncLog() (uint64, error) {
+	why := "no local file with a position in the log"
 	if prev, batch, ok := o.readPosition(); ok {
 		ep, at, err := o.replay(prev, &batch)
 		if err != nil || at {
 			return ep, err
 		}
-		o.rt.log.Info("an object's local file is not at a record of its log: rebuilt from the log", "event", "cluster_rebuild",
-			"namespace", o.ns.name, "name", o.name)
+		why = "the local file is not at a record of the log"
 	}
+	o.rt.log.Debug("an object is rebuilt from its log", "event", "cluster_rebuild", "namespace", o.ns.name, "name", o.name, "reason", why)
 	ep, _, err := o.replay(0, nil)
 	return ep, err
 }
