@@ -575,3 +575,55 @@ func TestClusterOneRecordPerBatch(t *testing.T) {
 		}
 	})
 }
+
+// S-CL8, S-CL6: a large commit whose parts stop half-way (the node died between two appends) is
+// never applied: not by a node replaying the log, nor by the node itself restarting on a file that
+// holds it whole.
+func TestClusterLargeCommitCutOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := coretest.NewMemCluster()
+		n1 := openNode(t, c, "n1")
+		require.NoError(t, n1.put("blob", "small", "kept"))
+		big := make([]byte, 3<<20)
+		rand.Read(big)
+		crashed := t.TempDir()
+		parts := 0
+		n1.view.BeforeAppend(func(string, []byte) error {
+			if parts++; parts == 2 {
+				copyDir(t, n1.dir, crashed)
+			}
+			if parts >= 2 {
+				return errors.New("the machine died")
+			}
+			return nil
+		})
+		stub, _ := n1.ns.Get("blob")
+		err := core.Do(context.Background(), stub, func(ctx context.Context, st *core.State) error {
+			_, err := st.Storage().Exec(ctx, "CREATE TABLE big(b BLOB); INSERT INTO big VALUES (?)", big)
+			return err
+		})
+		require.Error(t, err)
+		require.GreaterOrEqual(t, parts, 2, "the first part was appended, the second not")
+		n1.view.BeforeAppend(nil)
+		require.NoError(t, n1.rt.Close())
+
+		hasBig := func(n *node) bool {
+			stub, _ := n.ns.Get("blob")
+			found, err := core.Call(context.Background(), stub, func(ctx context.Context, st *core.State) (bool, error) {
+				var k int
+				err := st.Storage().One(ctx, "SELECT count(*) FROM sqlite_schema WHERE name = 'big'").Scan(&k)
+				return k > 0, err
+			})
+			require.NoError(t, err)
+			return found
+		}
+		n3 := openNode(t, c, "n3", func(o *core.Options) { o.Dir = crashed })
+		require.False(t, hasBig(n3), "the cut-off commit is not in the restarted node's file")
+		v, err := n3.get("blob", "small")
+		require.NoError(t, err)
+		require.Equal(t, "kept", v)
+		require.NoError(t, n3.rt.Close())
+		n2 := openNode(t, c, "n2")
+		require.False(t, hasBig(n2), "nor in a replay")
+	})
+}

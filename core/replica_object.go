@@ -212,7 +212,8 @@ func (o *object) replay(after uint64, want *batchID) (lastEpoch uint64, at bool,
 		seq, sum  uint64
 		chained   bool
 		first     = true
-		parts     []byte // the payload of the commit being read, part by part
+		waiting   = want != nil // for the records of the file's own batch
+		parts     []byte        // the payload of the commit being read, part by part
 		partBatch batchID
 		nextPart  uint32
 		data      = want != nil // the target holds a database
@@ -228,10 +229,11 @@ func (o *object) replay(after uint64, want *batchID) (lastEpoch uint64, at bool,
 		if err != nil {
 			return fmt.Errorf("record %d: %w", s, err)
 		}
-		if first && want != nil {
-			if r.kind != recCommit || r.part != 0 || r.batch != *want {
+		if waiting { // catching up: the file's own batch comes first, and complete
+			if r.kind != recCommit || r.batch != *want || first && r.part != 0 {
 				return errNotAt
 			}
+			waiting = r.more()
 		}
 		if chained && r.prev != sum {
 			return fmt.Errorf("record %d: %w: not chained to record %d", s, errBadRecord, seq)
@@ -292,8 +294,8 @@ func (o *object) replay(after uint64, want *batchID) (lastEpoch uint64, at bool,
 	if err == nil {
 		err = pages.flush()
 	}
-	if errors.Is(err, errNotAt) || (want != nil && first) {
-		return 0, false, nil // nothing written: the first record was checked before
+	if errors.Is(err, errNotAt) || waiting {
+		return 0, false, nil // nothing written: the file's own batch is checked before anything
 	}
 	if err != nil {
 		if want != nil {
