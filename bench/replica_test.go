@@ -30,9 +30,9 @@ func increment(ctx context.Context, st *core.State) error {
 	return err
 }
 
-func clusterNode(b *testing.B, c *coretest.MemCluster, name string, every int) *core.Runtime {
+func clusterNode(b *testing.B, c *coretest.MemCluster, name string, every int, sync ...string) *core.Runtime {
 	v := c.Node()
-	rt, err := core.Open(core.Options{Dir: b.TempDir(), Logger: slog.New(slog.DiscardHandler),
+	rt, err := core.Open(core.Options{Dir: b.TempDir(), Logger: slog.New(slog.DiscardHandler), Synchronous: append(sync, "")[0],
 		Replication: &core.Replication{Node: name, Log: v.Log(), Leases: v.Leases(), SnapshotEvery: every}})
 	if err != nil {
 		b.Fatal(err)
@@ -103,6 +103,34 @@ func BenchmarkReplicaCommit(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkReplicaShipCost is BenchmarkReplicaCommit's counter with Synchronous NORMAL (no fsync at
+// commit), so that what it measures is the runtime's own work per commit, single-process and in
+// cluster mode: the difference is the cost of shipping (reading the WAL frames, deflating them,
+// checksumming, the lease check, the append to the in-memory engine).
+func BenchmarkReplicaShipCost(b *testing.B) {
+	for _, mode := range []string{"single", "cluster"} {
+		b.Run("mode="+mode, func(b *testing.B) {
+			var rt *core.Runtime
+			if mode == "single" {
+				var err error
+				if rt, err = core.Open(core.Options{Dir: b.TempDir(), Logger: slog.New(slog.DiscardHandler), Synchronous: "NORMAL"}); err != nil {
+					b.Fatal(err)
+				}
+			} else {
+				rt = clusterNode(b, coretest.NewMemCluster(), "n1", 1<<30, "NORMAL")
+			}
+			defer rt.Close()
+			stub, _ := counterNS(b, rt).Get("c")
+			ctx := context.Background()
+			for b.Loop() {
+				if err := core.Do(ctx, stub, increment); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 

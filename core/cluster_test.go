@@ -627,3 +627,26 @@ func TestClusterLargeCommitCutOff(t *testing.T) {
 		require.False(t, hasBig(n2), "nor in a replay")
 	})
 }
+
+// S-CL1: a record that does not match its checksum, or is not chained to the record before it, stops
+// the replay with an error naming the object's log: the object is not served from it.
+func TestClusterDamagedRecordRefused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := coretest.NewMemCluster()
+		n1 := openNode(t, c, "n1")
+		require.NoError(t, n1.put("acct", "a", "1"))
+		require.NoError(t, n1.put("acct", "b", "2"))
+		require.NoError(t, n1.rt.Close())
+		recs := c.Records("kv/acct")
+		c.Tamper("kv/acct", len(recs)-1, func(rec []byte) { rec[len(rec)-1] ^= 0xff })
+
+		n2 := openNode(t, c, "n2")
+		_, err := n2.get("acct", "a")
+		require.ErrorContains(t, err, "log record damaged")
+		require.ErrorContains(t, err, "kv/acct")
+		c.Tamper("kv/acct", len(recs)-1, func(rec []byte) { rec[len(rec)-1] ^= 0xff })
+		v, err := n2.get("acct", "b")
+		require.NoError(t, err, "repaired, the log serves again")
+		require.Equal(t, "2", v)
+	})
+}

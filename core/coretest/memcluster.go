@@ -50,6 +50,14 @@ func (c *MemCluster) Records(key string) [][]byte {
 	return out
 }
 
+// Tamper calls fn with key's i-th record (from 0) as stored, to change it in place: a damaged
+// engine, for tests of what the runtime does with what it cannot trust.
+func (c *MemCluster) Tamper(key string, i int, fn func(rec []byte)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	fn(c.recs[key][i].rec)
+}
+
 // Appended returns the records appended so far and their bytes, over every key.
 func (c *MemCluster) Appended() (records, bytes int64) {
 	c.mu.Lock()
