@@ -110,19 +110,26 @@ func (o *object) openEpoch() error {
 	return fmt.Errorf("%w: the log of %s kept moving while this node took it over: %v", ErrLeaseUnproven, rs.key, err)
 }
 
-// indexLocal tells this node's catalog and alarm index of the object, as its file now is: a file
-// rebuilt from the log has timers this node's index never saw.
+// indexLocal tells this node's catalog and alarm index of the object, as its open file now is: a
+// file rebuilt from the log has timers this node's index never saw.
 func (o *object) indexLocal() {
-	if _, err := os.Stat(o.place.db); err != nil {
+	if o.store == nil {
 		return
 	}
-	e, at, _, err := readObjectFile(o.rt.dir, objectFile{path: o.place.db, root: true})
+	var created, at sql.NullInt64
+	err := o.store.QueryOwn(`SELECT (SELECT v FROM main._durable_meta WHERE k = 'created'), (SELECT min(at) FROM main._durable_timers)`,
+		nil, func(r *sql.Rows) error { return r.Scan(&created, &at) })
 	if err == nil {
-		err = o.rt.sched.ix.Catalog(e, true)
+		e := o.catalogEntry()
+		e.Size = fileSize(o.place.db)
+		if created.Valid {
+			e.Created = created.Int64
+		}
+		err = o.rt.sched.ix.Catalog(e, false)
 	}
-	if err == nil && at != 0 {
-		if err = o.rt.sched.ensureIndexed(o.ns.name, o.id, o.name, at); err == nil {
-			o.rt.sched.schedule(o.ns.name, o.id, o.name, at)
+	if err == nil && at.Int64 != 0 {
+		if err = o.rt.sched.ensureIndexed(o.ns.name, o.id, o.name, at.Int64); err == nil {
+			o.rt.sched.schedule(o.ns.name, o.id, o.name, at.Int64)
 		}
 	}
 	if err != nil {
@@ -133,50 +140,82 @@ func (o *object) indexLocal() {
 
 // syncLog brings the local file to the log's head: from where the file says it is (the position row
 // its last commit wrote), or, if the file is missing, damaged or ahead of the log (it committed a
-// batch whose record never made it), rebuilt from the latest snapshot and the records after it. It
-// returns the last epoch the log holds.
+// batch whose record never made it), rebuilt from the latest snapshot and the records after it. The
+// file is left open as the object's database, if there is one. It returns the last epoch the log
+// holds.
 func (o *object) syncLog() (uint64, error) {
+	o.closeStore()
 	why := "no local file with a position in the log"
-	if prev, batch, ok := o.readPosition(); ok {
-		ep, at, err := o.replay(prev, &batch)
-		if err != nil || at {
+	if st, prev, batch, ok := o.openLocal(); ok {
+		ep, at, st, err := o.replay(prev, &batch, st)
+		if err != nil || !at {
+			if st != nil {
+				st.Close()
+			}
+		}
+		if err != nil {
 			return ep, err
+		}
+		if at {
+			return ep, o.adopt(st)
 		}
 		why = "the local file is not at a record of the log"
 	}
 	o.rt.log.Debug("an object is rebuilt from its log", "event", "cluster_rebuild", "namespace", o.ns.name, "name", o.name, "reason", why)
-	ep, _, err := o.replay(0, nil)
-	return ep, err
+	ep, _, _, err := o.replay(0, nil, nil)
+	if err != nil {
+		return ep, err
+	}
+	return ep, o.adopt(nil)
 }
 
-// readPosition reads the local file's position row: the sequence its last commit's record was
-// appended after, and that commit's batch id. The file is checkpointed and closed.
-func (o *object) readPosition() (prev uint64, batch batchID, ok bool) {
+// openLocal opens the local file and reads its position row: the sequence its last commit's record
+// was appended after, and that commit's batch id.
+func (o *object) openLocal() (st *store, prev uint64, batch batchID, ok bool) {
 	path := o.place.db
 	if _, err := os.Stat(path); err != nil {
 		removeLocal(path) // a WAL left without its database
-		return 0, batch, false
+		return nil, 0, batch, false
 	}
-	st, _, err := openStore(path, o.rt.opts.Synchronous, o.rt.template)
+	st, fresh, err := o.openDB()
 	if err != nil {
-		removeLocal(path)
-		return 0, batch, false
+		return nil, 0, batch, false
 	}
 	var p sql.NullInt64
 	var b []byte
-	err = st.QueryOwn(`SELECT (SELECT v FROM main._durable_meta WHERE k = 'log_prev'), (SELECT v FROM main._durable_meta WHERE k = 'log_batch')`,
-		nil, func(r *sql.Rows) error { return r.Scan(&p, &b) })
-	if err == nil {
-		err = st.ExecOwn("PRAGMA wal_checkpoint(TRUNCATE)")
+	if !fresh {
+		err = st.QueryOwn(`SELECT (SELECT v FROM main._durable_meta WHERE k = 'log_prev'), (SELECT v FROM main._durable_meta WHERE k = 'log_batch')`,
+			nil, func(r *sql.Rows) error { return r.Scan(&p, &b) })
 	}
-	if cerr := st.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil || !p.Valid || len(b) != len(batch) {
-		return 0, batch, false
+	if fresh || err != nil || !p.Valid || len(b) != len(batch) {
+		st.Close()
+		return nil, 0, batch, false
 	}
 	copy(batch[:], b)
-	return uint64(p.Int64), batch, true
+	return st, uint64(p.Int64), batch, true
+}
+
+// adopt makes st (or, if nil, the local file opened now, if there is one) the object's database.
+func (o *object) adopt(st *store) error {
+	fresh := false
+	if st == nil {
+		if _, err := os.Stat(o.place.db); err != nil {
+			return nil // no file: the first turn that uses storage makes one
+		}
+		var err error
+		if st, fresh, err = o.openDB(); err != nil {
+			return fmt.Errorf("core: open database: %w", err)
+		}
+	}
+	if err := o.rs.opened(o.place.db, fresh); err != nil {
+		st.Close()
+		return fmt.Errorf("core: open database: %w", err)
+	}
+	o.store, o.fresh = st, fresh
+	o.hasStore.Store(true)
+	o.rt.stats.openDBs.Add(1)
+	o.rt.shed()
+	return nil
 }
 
 var errNotAt = errors.New("core: the local file is not at this record")
@@ -185,26 +224,48 @@ var errNotAt = errors.New("core: the local file is not at this record")
 // itself, which must be at the commit of batch want, the first record after after (at reports
 // whether it was); without, a new file built from nothing, which replaces the local one. It sets
 // the object's log position and returns the last epoch read.
-func (o *object) replay(after uint64, want *batchID) (lastEpoch uint64, at bool, err error) {
+func (o *object) replay(after uint64, want *batchID, st *store) (lastEpoch uint64, at bool, _ *store, err error) {
 	rs := o.rs
 	path := o.place.db
 	target := path + ".rebuild"
 	if want != nil {
 		target = path
 	}
-	flags := os.O_RDWR | os.O_CREATE
-	if want == nil {
-		flags |= os.O_TRUNC
+	var f *os.File
+	written := false                   // the target was written to
+	open := func() (*os.File, error) { // the local file is written only once st is closed
+		if f != nil {
+			return f, nil
+		}
+		if st != nil {
+			err := st.ExecOwn("PRAGMA wal_checkpoint(TRUNCATE)")
+			if cerr := st.Close(); err == nil {
+				err = cerr
+			}
+			st = nil
+			if err != nil {
+				return nil, err
+			}
+		}
+		flags := os.O_RDWR | os.O_CREATE
+		if want == nil {
+			flags |= os.O_TRUNC
+		}
+		var err error
+		f, err = os.OpenFile(target, flags, 0o644)
+		written = err == nil
+		return f, err
 	}
-	f, err := os.OpenFile(target, flags, 0o644)
-	if err != nil {
-		return 0, false, err
+	if want == nil {
+		if _, err := open(); err != nil {
+			return 0, false, nil, err
+		}
 	}
 	defer func() {
 		if f != nil {
 			f.Close()
 		}
-		if want == nil || err != nil {
+		if want == nil || err != nil && written {
 			os.Remove(target)
 		}
 	}()
@@ -219,7 +280,7 @@ func (o *object) replay(after uint64, want *batchID) (lastEpoch uint64, at bool,
 		data      = want != nil // the target holds a database
 		records   int
 		blob      = rs.snapBlob
-		pages     = pageCache{f: f}
+		pages     = pageCache{open: open}
 		raw       bytes.Buffer
 	)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*replOpTimeout)
@@ -258,7 +319,7 @@ func (o *object) replay(after uint64, want *batchID) (lastEpoch uint64, at bool,
 				return nil // a snapshot of a state the file went through
 			}
 			pages.drop()
-			if err := loadSnapshot(ctx, o.rt.repl.cfg.Log, info, f); err != nil {
+			if err := loadSnapshot(ctx, o.rt.repl.cfg.Log, info, f); err != nil { // f is open: not catching up
 				return fmt.Errorf("record %d: %w", s, err)
 			}
 			data = true
@@ -278,6 +339,9 @@ func (o *object) replay(after uint64, want *batchID) (lastEpoch uint64, at bool,
 			if err != nil {
 				return fmt.Errorf("record %d: %w", s, err)
 			}
+			if want != nil && r.batch == *want {
+				return nil // the local file's own commit
+			}
 			c, err := decodeCommit(b)
 			if err != nil {
 				return fmt.Errorf("record %d: %w", s, err)
@@ -295,26 +359,28 @@ func (o *object) replay(after uint64, want *batchID) (lastEpoch uint64, at bool,
 		err = pages.flush()
 	}
 	if errors.Is(err, errNotAt) || waiting {
-		return 0, false, nil // nothing written: the file's own batch is checked before anything
+		return 0, false, st, nil // nothing written: the file's own batch is checked before anything
 	}
 	if err != nil {
-		if want != nil {
+		if want != nil && written {
 			removeLocal(path) // partly caught up: a cache no longer
 		}
-		return 0, false, fmt.Errorf("core: read the log of %s: %w", rs.key, err)
+		return 0, false, st, fmt.Errorf("core: read the log of %s: %w", rs.key, err)
 	}
-	if err = f.Sync(); err == nil {
-		err = f.Close()
-	}
-	f = nil
-	if err != nil {
-		return 0, false, err
+	if f != nil {
+		if err = f.Sync(); err == nil {
+			err = f.Close()
+		}
+		f = nil
+		if err != nil {
+			return 0, false, nil, err
+		}
 	}
 	if want == nil {
 		removeLocal(path)
 		if data {
 			if err = os.Rename(target, path); err != nil {
-				return 0, false, err
+				return 0, false, nil, err
 			}
 			syncDir(filepath.Dir(path))
 		}
@@ -329,14 +395,14 @@ func (o *object) replay(after uint64, want *batchID) (lastEpoch uint64, at bool,
 	} else {
 		rs.records += records
 	}
-	return lastEpoch, true, nil
+	return lastEpoch, true, st, nil
 }
 
 // pageCache gathers the pages of replayed commits, each page's last image, and writes them into the
 // file in one pass (a counter's commits rewrite the same few pages): at the end of the replay, or
 // once it holds replayCacheBytes.
 type pageCache struct {
-	f        *os.File
+	open     func() (*os.File, error)
 	pages    map[uint32][]byte
 	pageSize int
 	dbPages  uint32
@@ -383,12 +449,16 @@ func (p *pageCache) flush() error {
 	if p.pageSize == 0 {
 		return nil
 	}
+	f, err := p.open()
+	if err != nil {
+		return err
+	}
 	c := &walship.Commit{PageSize: p.pageSize, DBPages: p.dbPages}
 	for no, data := range p.pages {
 		c.Pages = append(c.Pages, walship.Page{No: no, Data: data})
 	}
 	slices.SortFunc(c.Pages, func(a, b walship.Page) int { return cmp.Compare(a.No, b.No) })
-	err := walship.WritePages(p.f, c)
+	err = walship.WritePages(f, c)
 	p.drop()
 	return err
 }
