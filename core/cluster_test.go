@@ -650,3 +650,74 @@ func TestClusterDamagedRecordRefused(t *testing.T) {
 		require.Equal(t, "2", v)
 	})
 }
+
+// S-CL5: a turn that comes back from an Await finds its lease checked again: a node that lost touch
+// with the leases meanwhile refuses to go on (Await returns ErrLeaseUnproven), and a write the
+// turn makes anyway is refused at its commit.
+func TestClusterAwaitRechecksLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := coretest.NewMemCluster()
+		n1 := openNode(t, c, "n1")
+		require.NoError(t, n1.put("acct", "balance", "1"))
+		stub, _ := n1.ns.Get("acct")
+		var awaitErr, putErr error
+		err := core.Do(context.Background(), stub, func(ctx context.Context, st *core.State) error {
+			awaitErr = st.Await(ctx, func(context.Context) error {
+				n1.view.CutLeases(true)
+				time.Sleep(clusterTTL)
+				return nil
+			})
+			putErr = st.Storage().Put(ctx, "balance", []byte("2")) // the code ignores the error
+			return nil
+		})
+		require.ErrorIs(t, awaitErr, core.ErrLeaseUnproven)
+		require.ErrorIs(t, err, core.ErrLeaseUnproven, "the write after it is refused at its commit (put: %v)", putErr)
+		n1.view.CutLeases(false)
+		v, err := n1.get("acct", "balance")
+		require.NoError(t, err)
+		require.Equal(t, "1", v)
+	})
+}
+
+// S-CL3: a turn whose Await found the object fenced (the commit before it was refused) and that goes
+// on anyway gets ErrFenced from storage: the object is no longer this node's to open.
+func TestClusterFencedTurnGoesOn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := coretest.NewMemCluster()
+		frozen := time.Now()
+		n1 := openNode(t, c, "n1", func(o *core.Options) { o.Now = func() time.Time { return frozen } })
+		n2 := openNode(t, c, "n2")
+		require.NoError(t, n1.put("acct", "balance", "1"))
+		stub, _ := n1.ns.Get("acct")
+		entered, hold := make(chan struct{}), make(chan struct{})
+		var awaitErr, putErr error
+		done := make(chan error, 1)
+		go func() {
+			done <- core.Do(context.Background(), stub, func(ctx context.Context, st *core.State) error {
+				if err := st.Storage().Put(ctx, "balance", []byte("2")); err != nil {
+					return err
+				}
+				close(entered)
+				<-hold
+				awaitErr = st.Await(ctx, func(context.Context) error { return nil })
+				putErr = st.Storage().Put(ctx, "balance", []byte("3"))
+				return nil
+			})
+		}()
+		<-entered
+		n1.view.CutLeases(true)
+		_, err := n2.get("acct", "balance")
+		require.ErrorIs(t, err, core.ErrNotOwner)
+		time.Sleep(clusterTTL)
+		v, err := n2.get("acct", "balance")
+		require.NoError(t, err)
+		require.Equal(t, "1", v)
+		close(hold)
+		require.NoError(t, <-done, "the code swallowed the errors")
+		require.ErrorIs(t, awaitErr, core.ErrFenced)
+		require.ErrorIs(t, putErr, core.ErrFenced)
+		v, err = n2.get("acct", "balance")
+		require.NoError(t, err)
+		require.Equal(t, "1", v)
+	})
+}

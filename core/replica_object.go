@@ -523,11 +523,26 @@ func (rs *replState) opened(path string, fresh bool) error {
 	return nil
 }
 
+// servable refuses storage to a turn that goes on after its object was discarded (fenced, or its
+// commit failed): only a new turn, which claims the object again, may open it.
+func (rs *replState) servable() error {
+	switch {
+	case rs.lease == nil:
+		return fmt.Errorf("%w: this node no longer owns %s", ErrFenced, rs.key)
+	case !rs.synced:
+		return fmt.Errorf("%w: %s must be claimed again by a new turn", ErrLeaseUnproven, rs.key)
+	}
+	return nil
+}
+
 // beforeCommit runs before the batch's local COMMIT: the lease must be valid, and a batch that wrote
 // records its position in the log (the sequence its record follows, its batch id), so that a
 // restart can tell a file at a record from one ahead of the log.
 func (o *object) beforeCommit(b *batch) error {
 	rs := o.rs
+	if err := rs.servable(); err != nil {
+		return err
+	}
 	if err := o.rt.repl.check(o.rt, rs.lease); err != nil {
 		return err
 	}

@@ -403,6 +403,11 @@ func (t *turn) db() (*store, error) {
 	o := t.o
 	t.seg()
 	if o.store == nil {
+		if o.rs != nil {
+			if err := o.rs.servable(); err != nil {
+				return nil, err
+			}
+		}
 		o.ns.waitClosed(o.id)
 		st, fresh, err := o.openDB()
 		if err != nil {
@@ -621,7 +626,7 @@ func (o *object) poison(cause error) error {
 // await runs fn with the gate open: the turn so far is committed durably, other turns may run while
 // fn runs, and the turn re-enters at the back of the queue when fn returns. fn's context does not
 // mark the turn: the turn's storage and output are not reachable from it.
-func (o *object) await(t *turn, fn func(context.Context) error) error {
+func (o *object) await(t *turn, fn func(context.Context) error) (err error) {
 	if b := o.state.block; b != nil { // inside BlockConcurrencyWhile: the gate stays closed
 		return fn(awaitCtx{b, t})
 	}
@@ -645,6 +650,9 @@ func (o *object) await(t *turn, fn func(context.Context) error) error {
 		o.awaiting--
 		o.mu.Unlock()
 		t.flags.Or(turnLive)
+		if o.rs != nil && err == nil { // cluster mode: the lease must still hold for the turn to go on
+			err = o.claim()
+		}
 	}()
 	if cerr != nil {
 		return cerr
