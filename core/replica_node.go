@@ -27,11 +27,12 @@ type replicaNode struct {
 	cfg    Replication
 	margin time.Duration // a lease is valid for LeaseTTL less margin after its renewal began
 
-	mu   sync.Mutex
-	held map[string]*lease    // by key: the leases of this node's resident objects
-	seen map[string]seenLease // by key: another node's lease, its revision and when first seen so
-	stop chan struct{}        // closed to stop the renewer
-	done chan struct{}        // closed when the renewer has returned
+	mu       sync.Mutex
+	held     map[string]*lease    // by key: the leases of this node's resident objects
+	seen     map[string]seenLease // by key: another node's lease, its revision and when first seen so
+	stop     chan struct{}        // closed to stop the renewer
+	stopOnce sync.Once
+	done     chan struct{} // closed when the renewer has returned
 
 	commits, records, recordBytes, pageBytes, snapshots atomic.Int64
 }
@@ -147,7 +148,7 @@ func (n *replicaNode) renewer(rt *Runtime) {
 
 // close stops the renewer and hands back the leases still held (objects that could not be closed).
 func (n *replicaNode) close(rt *Runtime) error {
-	close(n.stop)
+	n.stopOnce.Do(func() { close(n.stop) })
 	<-n.done
 	n.mu.Lock()
 	ls := make([]*lease, 0, len(n.held))
