@@ -721,3 +721,40 @@ func TestClusterFencedTurnGoesOn(t *testing.T) {
 		require.Equal(t, "1", v)
 	})
 }
+
+// S-CL9: a node that restarts after a crash, on its old directory and under its old name, runs the
+// alarms its index holds once its own former lease has lapsed: the alarm is late, not lost.
+func TestClusterAlarmAfterCrashRestart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := coretest.NewMemCluster()
+		ran := make(chan string, 4)
+		reg := func(n *node) *core.Namespace[*alarmed] {
+			ns, err := core.Register(n.rt, "alarms", func(_ context.Context, st *core.State) (*alarmed, error) {
+				return &alarmed{st: st, ran: ran}, nil
+			})
+			require.NoError(t, err)
+			return ns
+		}
+		n1 := openNode(t, c, "n1")
+		stub, _ := reg(n1).Get("reminder")
+		due := time.Now().Add(time.Minute)
+		require.NoError(t, core.Do(context.Background(), stub, func(ctx context.Context, a *alarmed) error {
+			return a.st.SetAlarm(ctx, due)
+		}))
+		disk := t.TempDir()
+		copyDir(t, n1.dir, disk) // the machine dies: its disk is what is left
+		n1.view.CutLog(true)
+		n1.view.CutLeases(true)
+
+		n1b := openNode(t, c, "n1", func(o *core.Options) { o.Dir = disk })
+		reg(n1b)
+		time.Sleep(time.Until(due) + clusterTTL + time.Second)
+		synctest.Wait()
+		select {
+		case name := <-ran:
+			require.Equal(t, "reminder", name)
+		default:
+			t.Fatal("the restarted node did not run the alarm once its old lease lapsed")
+		}
+	})
+}
