@@ -490,6 +490,17 @@ func loadSnapshot(ctx context.Context, log Log, info *snapshotInfo, f *os.File) 
 
 func sumOf(h hash.Hash) []byte { return h.Sum(nil) }
 
+type countReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
 type countWriter struct {
 	w io.Writer
 	n int64
@@ -696,21 +707,31 @@ func (o *object) snapshot() error {
 	if err := o.store.ExecOwn("PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
 		return err
 	}
-	file, err := os.ReadFile(o.place.db)
-	if err != nil {
-		return err
-	}
+	var err error
 	if rs.cursor, err = walship.NewCursor(o.place.db + "-wal"); err != nil {
 		return err
 	}
+	f, err := os.Open(o.place.db) // streamed: a large database is not read into memory
+	if err != nil {
+		return err
+	}
+	defer f.Close()
 	var rnd [8]byte
 	rand.Read(rnd[:])
-	info := snapshotInfo{Blob: rs.key + "/snapshot-" + hex.EncodeToString(rnd[:]), Size: int64(len(file)), SHA256: sha256.Sum256(file)}
+	info := snapshotInfo{Blob: rs.key + "/snapshot-" + hex.EncodeToString(rnd[:])}
+	h := sha256.New()
+	cr := &countReader{r: io.TeeReader(f, h)}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*replOpTimeout)
 	defer cancel()
-	if err := log.PutBlob(ctx, info.Blob, bytes.NewReader(file)); err != nil {
+	if err := log.PutBlob(ctx, info.Blob, cr); err != nil {
 		return fmt.Errorf("store the snapshot: %w", err)
 	}
+	if fi, err := f.Stat(); err != nil || fi.Size() != cr.n {
+		log.DeleteBlob(ctx, info.Blob)
+		return fmt.Errorf("store the snapshot: the log took %d bytes of the database file (%v)", cr.n, err)
+	}
+	info.Size = cr.n
+	copy(info.SHA256[:], h.Sum(nil))
 	r := record{kind: recSnapshot, epoch: rs.epoch, batch: newBatchID(), prev: rs.sum, payload: info.encode()}
 	seq, err := o.appendOne(rs.seq, r.encode())
 	if err != nil {
