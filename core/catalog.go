@@ -168,7 +168,7 @@ func (o *object) openChecked() (*store, bool, error) {
 	fi, err := os.Stat(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		if fileSize(path) == 0 { // no WAL either
+		if fileSize(path) == 0 && o.rs == nil { // no WAL either (in cluster mode the file is a cache)
 			_, known, err := o.rt.sched.ix.Lookup(o.ns.name, o.id)
 			if err != nil {
 				return nil, false, err
@@ -223,6 +223,9 @@ func isCorrupt(err error) bool {
 // for an object that refuses with ErrDamaged, before restoring it (Runtime.Restore) or to let it
 // start again empty. It waits for the object's gate, so no turn of it runs meanwhile.
 func (rt *Runtime) Quarantine(ctx context.Context, namespace, name string) (string, error) {
+	if rt.repl != nil {
+		return "", fmt.Errorf("%w: Quarantine", ErrClusterMode)
+	}
 	var dest string
 	err := rt.holdObject(ctx, "quarantine", namespace, name, func(o *object) error {
 		var err error
@@ -236,6 +239,9 @@ func (rt *Runtime) Quarantine(ctx context.Context, namespace, name string) (stri
 // one written by Stub.Export), after checking it: the object's current files, if any, are
 // quarantined first. The object's alarm comes back with it. It waits for the object's gate.
 func (rt *Runtime) Restore(ctx context.Context, namespace, name, src string) error {
+	if rt.repl != nil {
+		return fmt.Errorf("%w: Restore", ErrClusterMode)
+	}
 	return rt.holdObject(ctx, "restore", namespace, name, func(o *object) error {
 		path := o.place.db
 		if err := copyFileSync(src, path+".restore"); err != nil {
@@ -348,6 +354,12 @@ func (o *object) hold(ctx context.Context, fn func() error) error {
 	t := &turn{Context: ctx, o: o}
 	if _, err := o.acquire(t, nil, false); err != nil {
 		return err
+	}
+	if o.rs != nil {
+		if err := o.claim(); err != nil {
+			o.release()
+			return err
+		}
 	}
 	if o.batch != nil { // the gate came with a batch open for us to join: commit it first
 		if err := o.commit(); err != nil {

@@ -140,6 +140,29 @@
 // evicted (Debug), alarm_retry, alarm_dropped, damaged, deadlock_refused, websocket_slow_cut,
 // index_rebuild and index_rebuilt.
 //
+// # Cluster mode
+//
+// Options.Replication makes the runtime one node of a cluster (see Replication, Log, Leases;
+// package cluster fills them with NATS JetStream). Each object's commits are records in its own
+// log: at the batch's commit, after SQLite's local COMMIT and before any output or result leaves,
+// the pages the commit appended to the WAL (read by core/internal/walship, deflated, about 250
+// bytes for a counter increment) are appended with the log's last sequence as the expected one,
+// so one record serves a group commit, and an append another writer beat is refused. One node at a
+// time serves an object, under a lease it renews every quarter LeaseTTL: another node's call fails
+// at once with ErrNotOwner (a *NotOwnerError naming the holder) until that node has seen the lease
+// unrenewed for LeaseTTL by its own clock, then takes it over, replays the log into its own
+// directory, and appends an epoch record that fences the old owner (ErrFenced at its next commit;
+// nothing of that batch is released). A turn whose lease cannot be proven valid is refused
+// (ErrLeaseUnproven), so no node serves a state another may have moved on from. Local files are a
+// cache: each commit records its place in the log, a file ahead of the log is rebuilt from it, and
+// any node rebuilds any object from its latest snapshot (every SnapshotEvery records) and the
+// records after it. Eviction and Close hand leases back, so another node takes over at once. An
+// append whose outcome is unknown is resolved by reading the log's head, or fails with
+// ErrCommitUnknown. Facets, Restore and Quarantine are refused in cluster mode; an object's alarm
+// runs on its owner, and the alarm of an object whose owner died fires when another node next
+// activates it. coretest.MemCluster is an in-memory engine for tests, with faults to inject.
+// Without Options.Replication the runtime is the single-process one, unchanged.
+//
 // # Errors
 //
 // Errors from Call are *Error values naming the object. The object's own errors (returned or

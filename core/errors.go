@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Errors returned by the runtime. Test for them with errors.Is; the helpers IsRetryable and
@@ -83,6 +84,30 @@ var (
 	// ErrNoObject is returned by the inspection methods for an object the catalog does not list:
 	// it has no storage.
 	ErrNoObject = errors.New("core: no such object")
+	// ErrFacetsInCluster is returned by RegisterFacet in cluster mode (Options.Replication): facets'
+	// files are not replicated yet; model the children as objects of their own.
+	ErrFacetsInCluster = errors.New("core: facets are not available in cluster mode")
+	// ErrClusterMode is returned by operations that replace an object's file outside its turns
+	// (Runtime.Restore, Runtime.Quarantine) in cluster mode: there the object's log is its truth, and
+	// its local file a cache.
+	ErrClusterMode = errors.New("core: not available in cluster mode")
+	// ErrNotOwner is returned at once, in cluster mode (Options.Replication), by a call or alarm run
+	// on an object whose lease another node holds and renews (see NotOwnerError, which names it):
+	// send the call to that node. It is never served here meanwhile.
+	ErrNotOwner = errors.New("core: another node owns the object")
+	// ErrFenced is returned, in cluster mode, when another node took the object over while this one
+	// served it: the turn's commit was refused by the log (another writer appended) or the lease was
+	// found taken. Nothing of the batch was acknowledged or released; the object's local file is
+	// discarded. It is not retryable on this node: the object now lives on the other one.
+	ErrFenced = errors.New("core: fenced: another node took the object over")
+	// ErrLeaseUnproven is returned, in cluster mode, for a turn on an object whose lease this node
+	// cannot prove valid now (the leases could not be reached to renew it, in time): the turn is
+	// refused rather than served from a state that another node may have moved on from. Retry later.
+	ErrLeaseUnproven = errors.New("core: the object's lease cannot be proven valid")
+	// ErrCommitUnknown is returned, in cluster mode, when a commit's record was sent to the log but
+	// the log could not say, after retries, whether it holds it: the turn's writes may or may not be
+	// durable. Nothing was acknowledged; the next activation reads the log to learn which.
+	ErrCommitUnknown = errors.New("core: commit outcome unknown")
 )
 
 // alsoErr is a sentinel that also matches other sentinels.
@@ -118,6 +143,20 @@ func (e *DamagedError) Error() string {
 // Is makes errors.Is(err, ErrDamaged) true.
 func (e *DamagedError) Is(target error) bool { return target == ErrDamaged }
 
+// NotOwnerError is the cause of an ErrNotOwner: the object's lease key and the node that holds it.
+type NotOwnerError struct {
+	Key    string    // the object's lease key ("namespace/name")
+	Holder string    // the holding node's Options.Replication.Node
+	Until  time.Time // by this node's clock, the earliest time it may take the object over if unrenewed
+}
+
+func (e *NotOwnerError) Error() string {
+	return fmt.Sprintf("core: %s is owned by node %q", e.Key, e.Holder)
+}
+
+// Is makes errors.Is(err, ErrNotOwner) true.
+func (e *NotOwnerError) Is(target error) bool { return target == ErrNotOwner }
+
 // RemoteError wraps an error raised by the object's own code (a returned error or a panic), not the
 // runtime. Its turn was rolled back; retry only if the object's method is safe to retry.
 type RemoteError struct{ Err error }
@@ -137,7 +176,7 @@ func (e *PanicError) Error() string { return fmt.Sprintf("core: panic in object 
 // IsRetryable reports whether err is a transient runtime fault (overload, a failed commit) after
 // which the same call may be retried with backoff. Errors of the object's own code are not.
 func IsRetryable(err error) bool {
-	return errors.Is(err, ErrOverloaded) || errors.Is(err, ErrCommitFailed)
+	return errors.Is(err, ErrOverloaded) || errors.Is(err, ErrCommitFailed) || errors.Is(err, ErrLeaseUnproven)
 }
 
 // IsRemote reports whether err was raised by the object's own code.

@@ -56,6 +56,9 @@ func RegisterFacet[T any](rt *Runtime, parent Kind, kind string, ctor func(conte
 	if ctor == nil {
 		return nil, errors.New("core: RegisterFacet: nil constructor")
 	}
+	if rt.repl != nil {
+		return nil, ErrFacetsInCluster
+	}
 	p := parent.kindNS()
 	ns := newNamespace(rt, p.name+"."+kind, ctor)
 	ns.kind, ns.parent = kind, p

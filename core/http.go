@@ -21,7 +21,8 @@ type Fetcher interface {
 
 // ServeHTTP routes an HTTP request to the object, so a Stub is an http.Handler: it runs Fetch as a
 // turn queued behind the calls and events before it. An object that is not a Fetcher answers 501; a
-// full queue answers 503 with Retry-After, a closed runtime 503.
+// full queue answers 503 with Retry-After, a closed runtime 503. In cluster mode, an object another
+// node owns (or took over during the turn) answers 421, one whose lease cannot be proven 503.
 func (s *Stub[T]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var zero T
 	if _, ok := any(zero).(Fetcher); !ok {
@@ -113,6 +114,11 @@ func (g *gatedResponse) finish(err error, ns *namespace) {
 		g.w.Header().Set("Retry-After", "1")
 	case errors.Is(err, ErrClosed), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		code = http.StatusServiceUnavailable
+	case errors.Is(err, ErrNotOwner), errors.Is(err, ErrFenced): // cluster mode: another node serves the object
+		code = http.StatusMisdirectedRequest
+	case errors.Is(err, ErrLeaseUnproven):
+		code = http.StatusServiceUnavailable
+		g.w.Header().Set("Retry-After", "1")
 	default:
 		ns.rt.log.Error("fetch failed", "event", "fetch_failed", "namespace", ns.name, "error", err)
 	}

@@ -57,6 +57,7 @@ type object struct {
 	holding   *turn // the turn of a hold (catalog.go): the gate held without an instance
 	reads     atomic.Int64
 	writes    atomic.Int64
+	rs        *replState // cluster mode's state; nil in the single-process runtime
 }
 
 // placement is where an object lives, fixed when it is created: the name its code sees, its
@@ -96,6 +97,9 @@ func newObject(ns *namespace, name, id string, place placement) *object {
 	o := &object{ns: ns, rt: ns.rt, name: name, id: id, place: place, lastActive: ns.rt.coarseNow()}
 	o.state.o = o
 	o.state.storage.o = o
+	if ns.rt.repl != nil {
+		o.rs = newReplState(ns, name)
+	}
 	return o
 }
 
@@ -397,6 +401,9 @@ func (o *object) closeRemoved(ch chan struct{}) (err error) {
 	if o.inst, o.built = nil, false; o.store != nil {
 		err, o.store = o.store.Close(), nil
 		o.touchCatalog()
+	}
+	if o.rs != nil && o.rs.lease != nil { // evicted: the lease goes back, another node may take it at once
+		err = errors.Join(err, o.rt.repl.release(o.rs.lease))
 	}
 	return err
 }

@@ -98,6 +98,11 @@ type Options struct {
 	// open WebSockets besides the request's own host. Requests without an Origin header (not from a
 	// browser) are allowed.
 	WebSocketOrigins []string
+
+	// Replication makes the runtime one node of a cluster (see Replication): every object's commits
+	// are shipped to a replicated log before their output is released, and an object is served by
+	// the one node holding its lease. Nil: the single-process runtime.
+	Replication *Replication
 }
 
 func (o *Options) withDefaults() error {
@@ -164,6 +169,7 @@ type Runtime struct {
 	template func() ([]byte, error) // an empty object database, built once
 	ws       wsHub                  // the WebSocket connections
 	lock     *dirLock               // the data directory's OS lock, held until Shutdown ends
+	repl     *replicaNode           // cluster mode; nil in the single-process runtime
 }
 
 type runtimeStats struct {
@@ -184,6 +190,9 @@ type Stats struct {
 // Open starts a runtime over opts.Dir.
 func Open(opts Options) (*Runtime, error) {
 	if err := opts.withDefaults(); err != nil {
+		return nil, err
+	}
+	if err := opts.Replication.validate(); err != nil {
 		return nil, err
 	}
 	rt := &Runtime{
@@ -234,6 +243,7 @@ func Open(opts Options) (*Runtime, error) {
 		return nil, fmt.Errorf("core: open: %w", err)
 	}
 	rt.clock.Store(rt.now().UnixNano())
+	rt.openReplication()
 	go rt.janitor()
 	return rt, nil
 }
@@ -308,6 +318,9 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 	}
 	if err := waitCalls(); err != nil {
 		return err
+	}
+	if rt.repl != nil { // the objects are closed and their leases handed back: stop renewing
+		errs = append(errs, rt.repl.close(rt))
 	}
 	errs = append(errs, rt.sched.closeIndex())
 	if rt.ownDir {

@@ -2,6 +2,7 @@ package core
 
 import (
 	"container/heap"
+	"errors"
 	"sync"
 	"time"
 
@@ -283,6 +284,19 @@ func (s *scheduler) fire(ns, id, name string) {
 	ctx, sp := rt.tel.eventSpan(rt.base, "durable.alarm", n, name)
 	err := n.with(name, id, placement{}, func(o *object) error { return o.runTimers(ctx, false) })
 	endSpan(sp, err)
+	if noe := (*NotOwnerError)(nil); errors.As(err, &noe) && rt.repl != nil && noe.Holder == rt.repl.cfg.Node {
+		// Cluster mode: the lease is this node's own from before a restart; it may be taken over (and
+		// the alarm run) once it has been seen unrenewed for LeaseTTL.
+		s.schedule(ns, id, name, noe.Until.UnixNano())
+		return
+	}
+	if errors.Is(err, ErrNotOwner) {
+		// Cluster mode: another node owns the object and runs its alarm; this node forgets it.
+		rt.log.Info("an alarm is due on an object another node owns: left to it", "event", "alarm_not_owner",
+			"namespace", ns, "name", name, "error", err)
+		s.committed(ns, id, name, alarmChange{del: true})
+		return
+	}
 	s.mu.Lock()
 	e := s.byKey[alarmKey{ns, id}]
 	if e != nil {

@@ -307,6 +307,11 @@ func (o *object) runHeld(t *turn, code turnCode, alarm bool, body func(*turn) er
 	if o.rt.isClosed.Load() {
 		return ErrClosed
 	}
+	if o.rs != nil {
+		if err := o.claim(); err != nil {
+			return err
+		}
+	}
 	if !o.built {
 		if err := o.construct(t); err != nil {
 			return o.constructFailed(t, alarm, err)
@@ -398,10 +403,21 @@ func (t *turn) db() (*store, error) {
 	o := t.o
 	t.seg()
 	if o.store == nil {
+		if o.rs != nil {
+			if err := o.rs.servable(); err != nil {
+				return nil, err
+			}
+		}
 		o.ns.waitClosed(o.id)
 		st, fresh, err := o.openDB()
 		if err != nil {
 			return nil, fmt.Errorf("core: open database: %w", err)
+		}
+		if o.rs != nil {
+			if err := o.rs.opened(o.place.db, fresh); err != nil {
+				st.Close()
+				return nil, fmt.Errorf("core: open database: %w", err)
+			}
 		}
 		o.store, o.fresh = st, fresh
 		o.hasStore.Store(true)
@@ -549,8 +565,14 @@ func (o *object) commit() error {
 	if err == nil && b.initMeta { // the batch creates the database: the catalog learns of it first
 		err = o.cataloged()
 	}
+	if err == nil && o.rs != nil {
+		err = o.beforeCommit(b)
+	}
 	if err == nil {
 		err = o.store.Control("COMMIT")
+	}
+	if err == nil && o.rs != nil { // the output waits for the log to hold the commit
+		err = o.ship(b)
 	}
 	o.batch = nil
 	if err != nil {
@@ -563,7 +585,11 @@ func (o *object) commit() error {
 	if b.timers {
 		o.rt.sched.committed(o.ns.name, o.id, o.name, next)
 	}
-	return b.finish(nil)
+	err = b.finish(nil)
+	if o.rs != nil {
+		o.maybeSnapshot()
+	}
+	return err
 }
 
 // finish ends the batch: its output leaves (or, with err, is dropped) and its turns go on.
@@ -579,6 +605,9 @@ func (b *batch) finish(err error) error {
 // unknown, so the batch is abandoned, the database closed and the instance dropped; the next turn
 // rebuilds from what is durable.
 func (o *object) poison(cause error) error {
+	if o.rs != nil { // cluster mode: the local file may be ahead of the log
+		return o.discard(cause)
+	}
 	err := fmt.Errorf("%w: %v", ErrCommitFailed, cause)
 	if b := o.batch; b != nil {
 		o.batch = nil
@@ -597,7 +626,7 @@ func (o *object) poison(cause error) error {
 // await runs fn with the gate open: the turn so far is committed durably, other turns may run while
 // fn runs, and the turn re-enters at the back of the queue when fn returns. fn's context does not
 // mark the turn: the turn's storage and output are not reachable from it.
-func (o *object) await(t *turn, fn func(context.Context) error) error {
+func (o *object) await(t *turn, fn func(context.Context) error) (err error) {
 	if b := o.state.block; b != nil { // inside BlockConcurrencyWhile: the gate stays closed
 		return fn(awaitCtx{b, t})
 	}
@@ -621,6 +650,9 @@ func (o *object) await(t *turn, fn func(context.Context) error) error {
 		o.awaiting--
 		o.mu.Unlock()
 		t.flags.Or(turnLive)
+		if o.rs != nil && err == nil { // cluster mode: the lease must still hold for the turn to go on
+			err = o.claim()
+		}
 	}()
 	if cerr != nil {
 		return cerr

@@ -1,0 +1,321 @@
+package coretest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/durable-go/durable/core"
+)
+
+// MemCluster is an in-memory replicating engine for tests of cluster mode: one log and one lease
+// map, shared by the nodes that Node makes. Each node's view can be cut off, or made to lose the
+// outcome of its appends, to play the faults of a real network.
+type MemCluster struct {
+	mu     sync.Mutex
+	seq    uint64 // the log's sequence, shared by every key
+	recs   map[string][]memRec
+	blobs  map[string][]byte
+	rev    uint64 // the leases' revision, shared by every key
+	leases map[string]memRec
+	bytes  int64 // appended so far
+	count  int64
+}
+
+type memRec struct {
+	seq uint64
+	rec []byte
+}
+
+// NewMemCluster returns an empty engine.
+func NewMemCluster() *MemCluster {
+	return &MemCluster{recs: map[string][]memRec{}, blobs: map[string][]byte{}, leases: map[string]memRec{}}
+}
+
+// Node returns a new view of the engine, for one runtime: use its Log and Leases in
+// core.Replication.
+func (c *MemCluster) Node() *MemNode { return &MemNode{c: c} }
+
+// Records returns key's records, in order.
+func (c *MemCluster) Records(key string) [][]byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out [][]byte
+	for _, r := range c.recs[key] {
+		out = append(out, bytes.Clone(r.rec))
+	}
+	return out
+}
+
+// Tamper calls fn with key's i-th record (from 0) as stored, to change it in place: a damaged
+// engine, for tests of what the runtime does with what it cannot trust.
+func (c *MemCluster) Tamper(key string, i int, fn func(rec []byte)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	fn(c.recs[key][i].rec)
+}
+
+// Appended returns the records appended so far and their bytes, over every key.
+func (c *MemCluster) Appended() (records, bytes int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.count, c.bytes
+}
+
+// Blobs returns the names of the blobs stored.
+func (c *MemCluster) Blobs() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for name := range c.blobs {
+		out = append(out, name)
+	}
+	return out
+}
+
+// ErrCut is the error of every call through a view that is cut off (see MemNode.CutLog).
+var ErrCut = errors.New("coretest: node cut off from the engine")
+
+// MemNode is one runtime's view of a MemCluster.
+type MemNode struct {
+	c         *MemCluster
+	mu        sync.Mutex
+	logCut    bool
+	leasesCut bool
+	loseAcks  int                                // appends that land but report ErrLogUnknown
+	dropNext  int                                // appends that do not land and report ErrLogUnknown
+	before    func(key string, rec []byte) error // called before each append; an error is returned instead
+}
+
+// CutLog cuts the node off from the log (cut true) or joins it back: every log call fails, an append
+// with ErrLogUnknown.
+func (n *MemNode) CutLog(cut bool) { n.mu.Lock(); n.logCut = cut; n.mu.Unlock() }
+
+// CutLeases cuts the node off from the leases (cut true) or joins it back: every call fails.
+func (n *MemNode) CutLeases(cut bool) { n.mu.Lock(); n.leasesCut = cut; n.mu.Unlock() }
+
+// LoseAcks makes the node's next k appends land in the log but report ErrLogUnknown, as an append
+// whose acknowledgement was lost does.
+func (n *MemNode) LoseAcks(k int) { n.mu.Lock(); n.loseAcks = k; n.mu.Unlock() }
+
+// DropAppends makes the node's next k appends not land, and report ErrLogUnknown, as an append lost
+// on its way does.
+func (n *MemNode) DropAppends(k int) { n.mu.Lock(); n.dropNext = k; n.mu.Unlock() }
+
+// BeforeAppend sets a function called before each of the node's appends (nil: none); its error, if
+// any, is the append's, and nothing is appended.
+func (n *MemNode) BeforeAppend(fn func(key string, rec []byte) error) {
+	n.mu.Lock()
+	n.before = fn
+	n.mu.Unlock()
+}
+
+// Log is the node's view of the log.
+func (n *MemNode) Log() core.Log { return memLog{n} }
+
+// Leases is the node's view of the leases.
+func (n *MemNode) Leases() core.Leases { return memLeases{n} }
+
+type memLog struct{ n *MemNode }
+
+func (l memLog) cut() error {
+	l.n.mu.Lock()
+	defer l.n.mu.Unlock()
+	if l.n.logCut {
+		return ErrCut
+	}
+	return nil
+}
+
+func (l memLog) Append(ctx context.Context, key string, expect uint64, rec []byte) (uint64, error) {
+	n := l.n
+	n.mu.Lock()
+	cut, before := n.logCut, n.before
+	drop, lose := n.dropNext > 0, false
+	if drop {
+		n.dropNext--
+	} else if n.loseAcks > 0 {
+		n.loseAcks--
+		lose = true
+	}
+	n.mu.Unlock()
+	if cut || drop {
+		return 0, fmt.Errorf("coretest: append to %q: %w", key, core.ErrLogUnknown)
+	}
+	if before != nil {
+		if err := before(key, rec); err != nil {
+			return 0, err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("%w: %v", core.ErrLogUnknown, err)
+	}
+	c := n.c
+	c.mu.Lock()
+	var last uint64
+	if rs := c.recs[key]; len(rs) > 0 {
+		last = rs[len(rs)-1].seq
+	}
+	if last != expect {
+		c.mu.Unlock()
+		return 0, fmt.Errorf("coretest: key %q is at %d, not %d: %w", key, last, expect, core.ErrLogConflict)
+	}
+	c.seq++
+	seq := c.seq
+	c.recs[key] = append(c.recs[key], memRec{seq, bytes.Clone(rec)})
+	c.count++
+	c.bytes += int64(len(rec))
+	c.mu.Unlock()
+	if lose {
+		return 0, fmt.Errorf("coretest: append to %q: acknowledgement lost: %w", key, core.ErrLogUnknown)
+	}
+	return seq, nil
+}
+
+func (l memLog) Last(_ context.Context, key string) (uint64, []byte, error) {
+	if err := l.cut(); err != nil {
+		return 0, nil, err
+	}
+	c := l.n.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	rs := c.recs[key]
+	if len(rs) == 0 {
+		return 0, nil, nil
+	}
+	return rs[len(rs)-1].seq, bytes.Clone(rs[len(rs)-1].rec), nil
+}
+
+func (l memLog) Read(_ context.Context, key string, after uint64, fn func(uint64, []byte) error) error {
+	if err := l.cut(); err != nil {
+		return err
+	}
+	c := l.n.c
+	c.mu.Lock()
+	rs := append([]memRec(nil), c.recs[key]...)
+	c.mu.Unlock()
+	for _, r := range rs {
+		if r.seq <= after {
+			continue
+		}
+		if err := fn(r.seq, bytes.Clone(r.rec)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (l memLog) Trim(_ context.Context, key string, before uint64) error {
+	if err := l.cut(); err != nil {
+		return err
+	}
+	c := l.n.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	rs := c.recs[key]
+	i := 0
+	for i < len(rs) && rs[i].seq < before {
+		i++
+	}
+	c.recs[key] = append([]memRec(nil), rs[i:]...)
+	return nil
+}
+
+func (l memLog) PutBlob(_ context.Context, name string, r io.Reader) error {
+	if err := l.cut(); err != nil {
+		return err
+	}
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return err
+	}
+	c := l.n.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.blobs[name] = b
+	return nil
+}
+
+func (l memLog) GetBlob(_ context.Context, name string, w io.Writer) error {
+	if err := l.cut(); err != nil {
+		return err
+	}
+	c := l.n.c
+	c.mu.Lock()
+	b, ok := c.blobs[name]
+	c.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("coretest: blob %q: %w", name, core.ErrNoObject)
+	}
+	_, err := w.Write(b)
+	return err
+}
+
+func (l memLog) DeleteBlob(_ context.Context, name string) error {
+	if err := l.cut(); err != nil {
+		return err
+	}
+	c := l.n.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.blobs, name)
+	return nil
+}
+
+type memLeases struct{ n *MemNode }
+
+func (ls memLeases) cut() error {
+	ls.n.mu.Lock()
+	defer ls.n.mu.Unlock()
+	if ls.n.leasesCut {
+		return ErrCut
+	}
+	return nil
+}
+
+func (ls memLeases) Get(_ context.Context, key string) (uint64, []byte, error) {
+	if err := ls.cut(); err != nil {
+		return 0, nil, err
+	}
+	c := ls.n.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, ok := c.leases[key]
+	if !ok {
+		return 0, nil, nil
+	}
+	return v.seq, bytes.Clone(v.rec), nil
+}
+
+func (ls memLeases) Put(_ context.Context, key string, value []byte, rev uint64) (uint64, error) {
+	if err := ls.cut(); err != nil {
+		return 0, err
+	}
+	c := ls.n.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.leases[key].seq != rev {
+		return 0, fmt.Errorf("coretest: lease %q is at %d, not %d: %w", key, c.leases[key].seq, rev, core.ErrLeaseConflict)
+	}
+	c.rev++
+	c.leases[key] = memRec{c.rev, bytes.Clone(value)}
+	return c.rev, nil
+}
+
+func (ls memLeases) Delete(_ context.Context, key string, rev uint64) error {
+	if err := ls.cut(); err != nil {
+		return err
+	}
+	c := ls.n.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, ok := c.leases[key]
+	if !ok || v.seq != rev {
+		return fmt.Errorf("coretest: lease %q: %w", key, core.ErrLeaseConflict)
+	}
+	delete(c.leases, key)
+	return nil
+}
