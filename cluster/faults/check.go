@@ -20,6 +20,10 @@ const (
 	// Unknown: the write may or may not have happened (a timeout, a lost connection, any error
 	// but a conflict). A read that failed is not recorded.
 	Unknown
+	// Refused: the write was refused before it stored anything, for a reason that says nothing of
+	// the key's state (ErrRefused: the node could not serve the key). The final records must not
+	// hold it; the linearizability check leaves it out.
+	Refused
 )
 
 func (o Outcome) String() string {
@@ -28,6 +32,8 @@ func (o Outcome) String() string {
 		return "ok"
 	case Conflict:
 		return "conflict"
+	case Refused:
+		return "refused"
 	default:
 		return "unknown"
 	}
@@ -65,6 +71,8 @@ type Verdict struct {
 	EpochDrops   int // records whose epoch is lower than the one before
 	Unknown      int // writes with an unknown outcome
 	UnknownFound int // of those, how many are in the final records (they happened)
+	Refused      int // writes refused before they stored anything
+	LogRecords   int // records of the target's own log whose epochs were checked (EpochReader)
 	Reads        int
 	Porcupine    porcupine.CheckResult
 	Problems     []string // the first few problems, described
@@ -203,6 +211,12 @@ func Check(key string, ops []Op, final []Record, timeout time.Duration) *Verdict
 				ClientId: op.Client, Input: in, Output: regOutput{out: Conflict},
 				Call: int64(op.Call), Return: int64(op.Return),
 			})
+		case Refused:
+			v.Refused++
+			if _, ok := at[op.Value]; ok {
+				v.Phantoms++
+				v.problem("append %q (after %d), refused before it stored anything, is in the final records", op.Value, op.Expect)
+			}
 		case Unknown:
 			v.Unknown++
 			i, ok := at[op.Value]

@@ -20,7 +20,7 @@ var (
 	target   = flag.String("faults.target", "engine", "what to put through the faults")
 )
 
-var targets = []faults.Target{faults.EngineTarget{}}
+var targets = []faults.Target{faults.EngineTarget{}, faults.RuntimeTarget{}}
 
 func TestMain(m *testing.M) {
 	faults.RunIfNode(targets...) // a node process never returns from here

@@ -41,6 +41,7 @@ type Summary struct {
 	Cycles, Kills, KillAlls, Stops, Restarts      int
 	Partitions, OneWay                            int
 	Ops, Writes, Acked, Conflicts, Unknown, Reads int
+	Refused, LogRecords                           int
 	Lost, Phantoms, EpochDrops                    int
 	Verdicts                                      []*Verdict
 }
@@ -61,9 +62,9 @@ func (s *Summary) String() string {
 	for _, v := range s.Verdicts {
 		ps = append(ps, fmt.Sprintf("%s=%s", v.Key, v.Porcupine))
 	}
-	return fmt.Sprintf("faults: target=%s nodes=%d seed=%d duration=%v cycles=%d kills=%d killalls=%d stops=%d restarts=%d partitions=%d oneway=%d ops=%d writes=%d acked=%d conflicts=%d unknown=%d reads=%d acked-checked=%d lost=%d phantoms=%d epoch-drops=%d porcupine: %s",
+	return fmt.Sprintf("faults: target=%s nodes=%d seed=%d duration=%v cycles=%d kills=%d killalls=%d stops=%d restarts=%d partitions=%d oneway=%d ops=%d writes=%d acked=%d conflicts=%d unknown=%d refused=%d reads=%d acked-checked=%d lost=%d phantoms=%d log-records=%d epoch-drops=%d porcupine: %s",
 		s.Target, s.Nodes, s.Seed, s.Duration, s.Cycles, s.Kills, s.KillAlls, s.Stops, s.Restarts, s.Partitions, s.OneWay,
-		s.Ops, s.Writes, s.Acked, s.Conflicts, s.Unknown, s.Reads, s.Acked, s.Lost, s.Phantoms, s.EpochDrops, strings.Join(ps, " "))
+		s.Ops, s.Writes, s.Acked, s.Conflicts, s.Unknown, s.Refused, s.Reads, s.Acked, s.Lost, s.Phantoms, s.LogRecords, s.EpochDrops, strings.Join(ps, " "))
 }
 
 // proc is one node process, restarted with the same spec.
@@ -153,6 +154,10 @@ func Run(t testing.TB, cfg Config) *Summary {
 			t.Fatalf("faults: reading the records of %q after healing: %v", key, err)
 		}
 		v := Check(key, w.ops[key], final, cfg.CheckTimeout)
+		if err := checkLogEpochs(clients, key, v); err != nil {
+			t.Fatalf("faults: %v", err)
+		}
+		sum.LogRecords += v.LogRecords
 		sum.Verdicts = append(sum.Verdicts, v)
 		sum.Lost += v.Lost
 		sum.Phantoms += v.Phantoms
@@ -188,6 +193,8 @@ func Run(t testing.TB, cfg Config) *Summary {
 				sum.Acked++
 			case Conflict:
 				sum.Conflicts++
+			case Refused:
+				sum.Refused++
 			default:
 				sum.Unknown++
 			}

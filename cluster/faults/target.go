@@ -48,8 +48,9 @@ type Target interface {
 // A Client makes operations on keys through one node.
 type Client interface {
 	// Write appends value as key's record after the record at expect (0: none), returning the new
-	// record's sequence; an error that matches core.ErrLogConflict is a refusal, any other error
-	// an unknown outcome.
+	// record's sequence; an error that matches core.ErrLogConflict is a refusal because the last
+	// record is elsewhere, one that matches ErrRefused a refusal that stored nothing and says
+	// nothing of the key's state, any other error an unknown outcome.
 	Write(ctx context.Context, key string, expect uint64, value string) (uint64, error)
 
 	// Read returns key's last record (0 and "" if none).
@@ -172,6 +173,8 @@ func outcome(err error) Outcome {
 		return OK
 	case errors.Is(err, core.ErrLogConflict):
 		return Conflict
+	case errors.Is(err, ErrRefused):
+		return Refused
 	default:
 		return Unknown
 	}
