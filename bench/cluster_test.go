@@ -1,0 +1,283 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/durable-go/durable/cluster"
+	"github.com/durable-go/durable/core"
+)
+
+// jsCluster is a JetStream cluster of embedded nodes on 127.0.0.1 in the benchmark's process, each
+// with its own directory, fsync on every write (package cluster's setting).
+type jsCluster struct {
+	b     *testing.B
+	cfgs  []cluster.NodeConfig
+	nodes []*cluster.Node
+}
+
+// startJS starts n nodes, shut down when the benchmark ends.
+func startJS(b *testing.B, n int) *jsCluster {
+	b.Helper()
+	var ports []int
+	var ls []net.Listener
+	for range 2 * n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	for _, l := range ls { // free again, for the nodes
+		l.Close()
+	}
+	var routes []string
+	for i := range n {
+		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", ports[n+i]))
+	}
+	c := &jsCluster{b: b, nodes: make([]*cluster.Node, n)}
+	for i := range n {
+		c.cfgs = append(c.cfgs, cluster.NodeConfig{Name: fmt.Sprintf("n%d", i+1), Dir: b.TempDir(), Port: ports[i],
+			ClusterName: "bench", ClusterPort: ports[n+i], Routes: routes})
+	}
+	b.Cleanup(func() {
+		for i := range c.nodes {
+			c.kill(i)
+		}
+	})
+	for i := range n {
+		c.start(i)
+	}
+	return c
+}
+
+func (c *jsCluster) start(i int) {
+	c.b.Helper()
+	node, err := cluster.StartNode(c.cfgs[i])
+	if err != nil {
+		c.b.Fatal(err)
+	}
+	c.nodes[i] = node
+}
+
+// kill shuts node i's server down, as the loss of its machine does (its directory is kept).
+func (c *jsCluster) kill(i int) {
+	if c.nodes[i] != nil {
+		c.nodes[i].Shutdown()
+		c.nodes[i] = nil
+	}
+}
+
+// jsRuntime is a runtime in cluster mode on one node's JetStream: the engine on a connection to
+// that node only, so that when the node goes, the runtime is cut off with it.
+type jsRuntime struct {
+	rt *core.Runtime
+	nc *nats.Conn
+}
+
+// runtime opens a runtime named after node i over it, R3, with the lease time ttl (0: the default).
+func (c *jsCluster) runtime(b *testing.B, i int, ttl time.Duration) *jsRuntime {
+	b.Helper()
+	nc, err := cluster.Connect([]string{fmt.Sprintf("nats://127.0.0.1:%d", c.cfgs[i].Port)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	eng, err := cluster.New(ctx, nc, cluster.Config{Replicas: 3, Shards: 4, Prefix: "bench"})
+	if err != nil {
+		nc.Close()
+		b.Fatal(err)
+	}
+	rt, err := core.Open(core.Options{Dir: b.TempDir(), Logger: slog.New(slog.DiscardHandler), IdleTimeout: time.Hour,
+		Replication: &core.Replication{Node: c.cfgs[i].Name, Log: eng, Leases: eng, LeaseTTL: ttl}})
+	if err != nil {
+		nc.Close()
+		b.Fatal(err)
+	}
+	n := &jsRuntime{rt: rt, nc: nc}
+	b.Cleanup(n.close)
+	return n
+}
+
+// close closes the runtime (handing its leases back if its node is there) and its connection.
+func (n *jsRuntime) close() {
+	if n.rt != nil {
+		n.rt.Close()
+		n.nc.Close()
+		n.rt = nil
+	}
+}
+
+// abandon closes the connection first, so that the runtime's Close, which would hand its leases
+// back, fails at once: its leases are left to lapse, as a dead node's are.
+func (n *jsRuntime) abandon() {
+	if n.rt != nil {
+		n.nc.Close()
+		n.rt.Close()
+		n.rt = nil
+	}
+}
+
+// BenchmarkClusterWrite is the durable write (a counter increment, BenchmarkReplicaCommit's
+// counter) of the single-process runtime (impl=single: SQLite with synchronous FULL) and of a
+// runtime in cluster mode (impl=cluster: the same, and each commit a record appended to a
+// 3-replica JetStream stream, fsync always, on 3 embedded nodes in this process on loopback, the
+// runtime on one of them), in the same run: to one object from 1, 16 and 64 callers (group commit:
+// one record serves a batch), and spread over 1,000 objects by 64 callers (one record per commit).
+func BenchmarkClusterWrite(b *testing.B) {
+	js := startJS(b, 3)
+	single, err := core.Open(core.Options{Dir: b.TempDir(), Logger: slog.New(slog.DiscardHandler), IdleTimeout: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { single.Close() })
+	clustered := js.runtime(b, 0, 0)
+	impls := []struct {
+		name string
+		ns   *core.Namespace[*core.State]
+	}{{"single", counterNS(b, single)}, {"cluster", counterNS(b, clustered.rt)}}
+
+	for _, objects := range []int{1, 1000} {
+		callerSet := []int{1, 16, 64}
+		if objects > 1 {
+			callerSet = []int{64}
+		}
+		// Every object exists and is resident (its lease taken, its epoch opened) before the clock
+		// runs.
+		stubs := make([][]*core.Stub[*core.State], len(impls))
+		for k, impl := range impls {
+			for i := range objects {
+				s, err := impl.ns.Get(fmt.Sprintf("o%d-%d", objects, i))
+				if err != nil {
+					b.Fatal(err)
+				}
+				stubs[k] = append(stubs[k], s)
+			}
+			if err := each(objects, 16, func(i int) error {
+				return retrying(func() error { return core.Do(context.Background(), stubs[k][i], increment) })
+			}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for _, callers := range callerSet {
+			for k, impl := range impls {
+				b.Run(fmt.Sprintf("objects=%d/callers=%d/impl=%s", objects, callers, impl.name), func(b *testing.B) {
+					var next atomic.Int64
+					runCallers(b, callers, "calls/s", func(ctx context.Context) error {
+						return core.Do(ctx, stubs[k][int(next.Add(1))%objects], increment)
+					})
+				})
+			}
+		}
+	}
+}
+
+// retrying calls fn until it succeeds or fails with an error that is not retryable, at most 10
+// times: an activation in cluster mode reads the lease and the log through the engine's quorum,
+// and under load such a read can time out (ErrLeaseUnproven, retryable).
+func retrying(fn func() error) error {
+	var err error
+	for range 10 {
+		if err = fn(); err == nil || !core.IsRetryable(err) {
+			return err
+		}
+	}
+	return err
+}
+
+// failoverTTL is the lease time of BenchmarkClusterFailover.
+const failoverTTL = 2 * time.Second
+
+// BenchmarkClusterFailover is the time an object takes to serve again on another node once its
+// owner is lost. Each round, a node's runtime owns an object and has acknowledged 5 increments;
+// then the node's JetStream server is shut down and its runtime abandoned (cut off, never closed:
+// its lease lapses); the next node's runtime calls the object in a loop (retrying every 5 ms on
+// ErrNotOwner or ErrLeaseUnproven, as a caller that found the owner gone would) until a call is
+// served, and must read the 5 increments. The time from the loss to that call's return is
+// reported, p50 and p99 over the rounds (run it with -benchtime 10x or more), beside the lease time
+// (LeaseTTL 2 s), which dominates: the taking node waits until it has seen the lease unrenewed
+// for LeaseTTL, then replays the object from the log. Outside the clock, the lost node is
+// restarted and a new runtime opened on it for the next rounds; the owner rotates over the nodes.
+func BenchmarkClusterFailover(b *testing.B) {
+	js := startJS(b, 3)
+	nodes := make([]*jsRuntime, 3)
+	for i := range nodes {
+		nodes[i] = js.runtime(b, i, failoverTTL)
+	}
+	read := func(ctx context.Context, st *core.State) (int64, error) {
+		if err := increment(ctx, st); err != nil {
+			return 0, err
+		}
+		var n int64
+		err := st.Storage().QueryRow(ctx, "SELECT n FROM c WHERE id = 1").Scan(&n)
+		return n, err
+	}
+	nss := make([]*core.Namespace[*core.State], 3)
+	for i := range nodes {
+		nss[i] = counterNS(b, nodes[i].rt)
+	}
+	ctx := context.Background()
+	var times []time.Duration
+	b.ResetTimer()
+	for r := 0; r < b.N; r++ {
+		owner, taker := r%3, (r+1)%3
+		name := fmt.Sprintf("failover-%d", r)
+		b.StopTimer()
+		stub, err := nss[owner].Get(name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for range 5 {
+			if err := core.Do(ctx, stub, increment); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StartTimer()
+
+		lost := time.Now()
+		js.kill(owner)
+		tstub, err := nss[taker].Get(name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var n int64
+		for {
+			n, err = core.Call(ctx, tstub, read)
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, core.ErrNotOwner) && !errors.Is(err, core.ErrLeaseUnproven) {
+				b.Logf("round %d: %v (retrying)", r, err)
+			}
+			if time.Since(lost) > time.Minute {
+				b.Fatalf("round %d: the object does not serve on node %d a minute after node %d was lost: %v", r, taker+1, owner+1, err)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		times = append(times, time.Since(lost))
+		if n != 6 {
+			b.Fatalf("round %d: node %d read %d increments after its own; want the 5 acknowledged on node %d", r, taker+1, n-1, owner+1)
+		}
+
+		b.StopTimer()
+		nodes[owner].abandon()
+		js.start(owner)
+		nodes[owner] = js.runtime(b, owner, failoverTTL)
+		nss[owner] = counterNS(b, nodes[owner].rt)
+		b.StartTimer()
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(percentile(times, 0.5).Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(percentile(times, 0.99).Microseconds())/1000, "p99-ms")
+	b.ReportMetric(float64(failoverTTL.Milliseconds()), "lease-ttl-ms")
+}
