@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 
 	"github.com/durable-go/durable/core"
 )
@@ -646,7 +647,9 @@ func (e *Engine) leaseSubject(key string) (string, error) {
 
 const (
 	kvOperation = "KV-Operation"
-	kvBarrier   = "=sync" // no encoded key looks like this
+	// kvBarrier begins the subjects of lease read barriers: no encoded key looks like this. Each
+	// read writes its own, since the bucket keeps one message per subject.
+	kvBarrier = "=sync"
 )
 
 // Get implements core.Leases. Like Last, the answer is confirmed through the bucket's quorum, so
@@ -668,7 +671,7 @@ func (e *Engine) Get(ctx context.Context, key string) (uint64, []byte, error) {
 // getLeaseMarker returns the lease's revision and value (0 and nil if none), and, for a deleted
 // lease, the sequence of its delete marker.
 func (e *Engine) getLeaseMarker(ctx context.Context, subject string) (rev uint64, value []byte, marker uint64, err error) {
-	seq, hdr, data, err := e.confirmedLast(ctx, e.kvStrm, subject, "$KV."+e.kvName+"."+kvBarrier)
+	seq, hdr, data, err := e.confirmedLast(ctx, e.kvStrm, subject, "$KV."+e.kvName+"."+kvBarrier+"-"+nuid.Next())
 	if err != nil {
 		return 0, nil, 0, err
 	}
