@@ -13,12 +13,16 @@
 // whose outcome is unknown being left open from its call on.
 //
 // A Target says what the node processes run and how clients reach them; EngineTarget is the
-// JetStream engine of package cluster alone. The harness runs as a test behind the build tag
-// "faults":
+// JetStream engine of package cluster alone (raw appends with expected sequences), RuntimeTarget
+// the runtime in cluster mode over it (a register object per key, written with an expected
+// version through any node; a node that does not own the key refuses, which stores nothing and is
+// left out of the linearizability check; the epochs of each object's log are checked too). The
+// harness runs as a test behind the build tag "faults" (-faults.target=runtime for the runtime):
 //
 //	go test -tags faults ./cluster/faults -run TestFaults -faults.duration=45s -faults.seed=1
+//	go test -tags faults ./cluster/faults -run TestFaults -faults.duration=45s -faults.seed=1 -faults.target=runtime
 //	go test -tags faults ./cluster/faults -run TestFaults -faults.duration=10m -faults.nodes=5 -timeout=30m
 //
 // and prints a summary line: cycles, kills, stops, partitions, operations, acknowledged appends
-// checked, lost, and porcupine's verdict per key.
+// checked, refusals, lost, log records whose epochs were checked, and porcupine's verdict per key.
 package faults

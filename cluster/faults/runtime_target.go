@@ -44,8 +44,9 @@ const RuntimeLeaseTTL = 2 * time.Second
 // off, or evicts it.
 //
 // Errors map to outcomes as follows. ErrNotOwner, ErrFenced and ErrLeaseUnproven are refusals
-// (ErrRefused): the runtime stored nothing. ErrCommitUnknown, any other error of the call, and any
-// error of the transport (a timeout, a refused or broken connection) are unknown outcomes.
+// (ErrRefused): the runtime stored nothing; so is a connection that could not be made (the node is
+// down: nothing was sent). ErrCommitUnknown, any other error of the call, and any other error of
+// the transport (a timeout, a broken connection) are unknown outcomes.
 //
 // The client is also an EpochReader: it reads the object's log through the engine and decodes each
 // record's epoch (core.RecordEpoch), which must never decrease.
@@ -307,6 +308,12 @@ func (c *RuntimeClient) call(ctx context.Context, method, path string, q url.Val
 		return regReply{}, err
 	}
 	resp, err := c.HTTP.Do(req)
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		// Nothing was sent (the client sends a request again only if it wrote nothing of it): the
+		// node is down, or not serving yet.
+		return regReply{}, fmt.Errorf("%w: %v", ErrRefused, err)
+	}
 	if err != nil {
 		return regReply{}, err
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -189,5 +190,45 @@ func TestCheckEpochs(t *testing.T) {
 	CheckEpochs(v, []uint64{3, 7, 5, 9})
 	if v.EpochDrops != 1 || v.LogRecords != 10 || len(v.Problems) != 1 {
 		t.Fatalf("an epoch that drops: %+v; want 1 drop in 10 records", v)
+	}
+}
+
+// S-X6: a node that cannot be reached (nothing listens: it is down) refuses: the request was
+// never sent. One that accepts the connection and never answers is an unknown outcome.
+func TestRuntimeTarget_Transport(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	down := &RuntimeClient{Base: "http://" + addr, HTTP: &http.Client{}}
+	defer down.Close()
+	if _, err := down.Write(context.Background(), "registers/k0", 0, "a"); outcome(err) != Refused {
+		t.Fatalf("write to a node that is down: %v (%v); want refused", err, outcome(err))
+	}
+
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if c, err := silent.Accept(); err == nil {
+			accepted <- c
+		}
+		close(accepted)
+	}()
+	hung := &RuntimeClient{Base: "http://" + silent.Addr().String(), HTTP: &http.Client{}}
+	defer hung.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if _, err := hung.Write(ctx, "registers/k0", 0, "a"); err == nil || outcome(err) != Unknown {
+		t.Fatalf("write to a node that never answers: %v (%v); want unknown", err, outcome(err))
+	}
+	silent.Close()
+	for c := range accepted {
+		c.Close()
 	}
 }
