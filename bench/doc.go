@@ -64,6 +64,25 @@
 //   - BenchmarkBackup: Runtime.Backup of 200 objects of about 128 KB while 16
 //     callers write to them: the backup's rate, and the write load's rate
 //     before and during it, in the same run.
+//   - Cluster mode (cluster_test.go), against a JetStream cluster of 3
+//     embedded nodes in the benchmark's process on 127.0.0.1 (package
+//     cluster: 3 replicas, fsync on every write), the runtime on one of them:
+//     BenchmarkClusterWrite is the durable counter increment to one object
+//     from 1, 16 and 64 callers and over 1,000 objects from 64 callers
+//     (objects=N/callers=N), impl=cluster beside impl=single (the
+//     single-process runtime, SQLite with synchronous FULL) in the same run;
+//     the objects are resident (leases taken) before the clock runs.
+//     BenchmarkClusterFailover is the time from the loss of an object's
+//     owner (its JetStream server shut down, its runtime cut off and
+//     abandoned) until a call on another node is served, with the 5 writes
+//     acknowledged before the loss: p50-ms and p99-ms over the rounds (run
+//     it with -benchtime 10x or more; one round takes about the lease time
+//     plus a restart of the lost node outside the clock), beside
+//     lease-ttl-ms, the LeaseTTL it runs with (2 s), which dominates.
+//     Both take about 3 minutes (go test -run '^$' -bench ClusterWrite
+//     ./bench, then -bench ClusterFailover -benchtime 10x). (ReplicaCommit, ReplicaShipCost, ReplicaActivate and ReplicaReplay in
+//     replica_test.go measure the runtime's own cost of cluster mode over the
+//     in-memory engine of coretest, without a network.)
 //
 // Every benchmark opens its own runtime over a fresh temporary directory
 // and closes it, except those over many objects (ManyKeys, AlarmFire):
@@ -115,6 +134,9 @@
 //     second over 1 s before the backups and over the backups.
 //   - lost-updates: reservations that reported success but whose decrement
 //     was overwritten, per round of 50 concurrent reservations.
+//   - p50-ms, p99-ms, lease-ttl-ms (ClusterFailover): the time until an
+//     object serves again on another node once its owner is lost, in
+//     milliseconds, and the lease time it ran with.
 //
 // The machine matters: throughput of durable writes is bounded by how many
 // fsyncs per second the disk does, and BenchmarkBaseline/txn=per-insert is
