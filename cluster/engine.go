@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 
 	"github.com/durable-go/durable/core"
 )
@@ -646,7 +647,7 @@ func (e *Engine) leaseSubject(key string) (string, error) {
 
 const (
 	kvOperation = "KV-Operation"
-	kvBarrier   = "=sync" // no encoded key looks like this
+	kvBarrier   = "=sync" // no encoded key starts like this
 )
 
 // Get implements core.Leases. Like Last, the answer is confirmed through the bucket's quorum, so
@@ -668,7 +669,10 @@ func (e *Engine) Get(ctx context.Context, key string) (uint64, []byte, error) {
 // getLeaseMarker returns the lease's revision and value (0 and nil if none), and, for a deleted
 // lease, the sequence of its delete marker.
 func (e *Engine) getLeaseMarker(ctx context.Context, subject string) (rev uint64, value []byte, marker uint64, err error) {
-	seq, hdr, data, err := e.confirmedLast(ctx, e.kvStrm, subject, "$KV."+e.kvName+"."+kvBarrier)
+	// The bucket keeps one message per subject: a barrier subject of its own for each read, so
+	// that another read's barrier does not replace this one before it is read back (barriers
+	// expire after barrierTTL).
+	seq, hdr, data, err := e.confirmedLast(ctx, e.kvStrm, subject, "$KV."+e.kvName+"."+kvBarrier+"."+nuid.Next())
 	if err != nil {
 		return 0, nil, 0, err
 	}
@@ -704,6 +708,11 @@ func (e *Engine) Put(ctx context.Context, key string, value []byte, rev uint64) 
 	case err == nil:
 		return ack.Sequence, nil
 	case isConflict(err):
+		// As for Append: the refusal may come from a server that no longer leads while the new
+		// leader stores the value. It stands unless the lease now holds this very value.
+		if _, now, _, gerr := e.getLeaseMarker(ctx, subject); gerr != nil || bytes.Equal(now, value) {
+			return 0, fmt.Errorf("cluster: lease put %q at revision %d: refused (%v), but the lease may hold this value now: outcome unknown", key, rev, err)
+		}
 		return 0, fmt.Errorf("cluster: lease put %q at revision %d: %w", key, rev, core.ErrLeaseConflict)
 	default:
 		return 0, fmt.Errorf("cluster: lease put %q at revision %d: %w", key, rev, err)
