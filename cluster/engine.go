@@ -269,8 +269,9 @@ func (e *Engine) bound(ctx context.Context) (context.Context, context.CancelFunc
 // publishExpecting publishes m if subject's last sequence is expect. A replicated stream refuses
 // such a publish without looking at the sequence while an earlier publish to the subject is still
 // in flight at its leader (the "wrong last sequence" without a number), even one that has been
-// acknowledged already; the message is not stored then, so it is sent again, until the
-// sequence can be compared or ctx ends.
+// acknowledged already. The refusing leader does not store it, and of two sends that expect the
+// same sequence at most one can be stored, so it is sent again, until the sequence can be
+// compared or ctx ends.
 func (e *Engine) publishExpecting(ctx context.Context, m *nats.Msg, expect uint64) (*jetstream.PubAck, error) {
 	wait := 500 * time.Microsecond
 	for {
