@@ -1,0 +1,243 @@
+package cluster_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.uber.org/goleak"
+
+	"github.com/durable-go/durable/cluster"
+	"github.com/durable-go/durable/core"
+	"github.com/durable-go/durable/core/coretest"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared3 != nil {
+		shared3.shutdown()
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// shared3 is a 3-node cluster the tests that do not stop nodes share (a cluster takes seconds to
+// elect its first leader); each of them uses engines with a prefix of its own.
+var (
+	shared3     *testCluster
+	shared3Once sync.Once
+	shared3Err  error
+)
+
+func sharedCluster(t *testing.T) *testCluster {
+	t.Helper()
+	shared3Once.Do(func() {
+		shared3, shared3Err = newCluster(3, os.TempDir())
+	})
+	if shared3Err != nil {
+		t.Fatalf("start the shared cluster: %v", shared3Err)
+	}
+	return shared3
+}
+
+// testCluster is n embedded nodes on 127.0.0.1, each with its own directory, shut down when the
+// test ends.
+type testCluster struct {
+	dirs  []string
+	cfgs  []cluster.NodeConfig
+	nodes []*cluster.Node
+}
+
+func startCluster(t *testing.T, n int) *testCluster {
+	t.Helper()
+	c, err := newCluster(n, t.TempDir())
+	if c != nil {
+		t.Cleanup(c.shutdown)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// newCluster starts n nodes with directories under parent.
+func newCluster(n int, parent string) (*testCluster, error) {
+	c := &testCluster{cfgs: make([]cluster.NodeConfig, n), nodes: make([]*cluster.Node, n)}
+	ports, err := freePorts(2 * n)
+	if err != nil {
+		return nil, err
+	}
+	var routes []string
+	for i := range n {
+		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", ports[n+i]))
+	}
+	for i := range n {
+		dir, err := os.MkdirTemp(parent, "node")
+		if err != nil {
+			return c, err
+		}
+		c.dirs = append(c.dirs, dir)
+		c.cfgs[i] = cluster.NodeConfig{Name: fmt.Sprintf("n%d", i+1), Dir: dir, Port: ports[i]}
+		if n > 1 {
+			c.cfgs[i].ClusterName, c.cfgs[i].ClusterPort, c.cfgs[i].Routes = "test", ports[n+i], routes
+		}
+	}
+	for i := range n {
+		if err := c.start(i); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+func (c *testCluster) shutdown() {
+	for i, node := range c.nodes {
+		if node != nil {
+			node.Shutdown()
+			c.nodes[i] = nil
+		}
+	}
+	for _, dir := range c.dirs {
+		os.RemoveAll(dir)
+	}
+}
+
+// freePorts returns n ports on 127.0.0.1 that were free a moment ago.
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+func (c *testCluster) start(i int) error {
+	node, err := cluster.StartNode(c.cfgs[i])
+	if err != nil {
+		return fmt.Errorf("start node %d: %w", i, err)
+	}
+	c.nodes[i] = node
+	return nil
+}
+
+func (c *testCluster) stop(i int) {
+	c.nodes[i].Shutdown()
+	c.nodes[i] = nil
+}
+
+func (c *testCluster) url(i int) string { return fmt.Sprintf("nats://127.0.0.1:%d", c.cfgs[i].Port) }
+
+// conn connects to node i, closed when the test ends.
+func (c *testCluster) conn(t *testing.T, i int) *nats.Conn {
+	t.Helper()
+	nc, err := cluster.Connect([]string{c.url(i)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+var prefixes atomic.Int64
+
+// engine returns an engine with a prefix of its own over a connection to node i.
+func (c *testCluster) engine(t *testing.T, i int, cfg cluster.Config) *cluster.Engine {
+	t.Helper()
+	if cfg.Prefix == "" {
+		cfg.Prefix = fmt.Sprintf("t%d", prefixes.Add(1))
+	}
+	if cfg.Replicas == 0 && len(c.nodes) == 1 {
+		cfg.Replicas = 1
+	}
+	if cfg.Shards == 0 {
+		cfg.Shards = 4
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	e, err := cluster.New(ctx, c.conn(t, i), cfg)
+	if err != nil {
+		t.Fatalf("cluster.New: %v", err)
+	}
+	return e
+}
+
+// S-X1, S-X2, S-X3: the engine keeps core.Log's contract on one node (1 replica).
+func TestEngine_LogContract1Node(t *testing.T) {
+	c := startCluster(t, 1)
+	coretest.LogContract(t, func(t *testing.T) core.Log { return c.engine(t, 0, cluster.Config{}) })
+}
+
+// S-X4: the engine keeps core.Leases' contract on one node.
+func TestEngine_LeasesContract1Node(t *testing.T) {
+	c := startCluster(t, 1)
+	coretest.LeasesContract(t, func(t *testing.T) core.Leases { return c.engine(t, 0, cluster.Config{}) })
+}
+
+// S-X1: a closed connection is an unknown outcome; bad input is a clear error that appends nothing.
+func TestEngine_BadInput(t *testing.T) {
+	c := startCluster(t, 1)
+	e := c.engine(t, 0, cluster.Config{})
+	ctx := t.Context()
+	for _, key := range []string{"", string(make([]byte, 1025))} {
+		if _, err := e.Append(ctx, key, 0, []byte("x")); err == nil || errors.Is(err, core.ErrLogConflict) || errors.Is(err, core.ErrLogUnknown) {
+			t.Errorf("Append to a key of %d bytes: %v; want a plain error", len(key), err)
+		}
+		if _, err := e.Put(ctx, key, []byte("x"), 0); err == nil || errors.Is(err, core.ErrLeaseConflict) {
+			t.Errorf("Put to a key of %d bytes: %v; want a plain error", len(key), err)
+		}
+	}
+	big := make([]byte, cluster.MaxRecord+1)
+	if _, err := e.Append(ctx, "counters/big", 0, big); err == nil || errors.Is(err, core.ErrLogUnknown) {
+		t.Fatalf("Append of %d bytes: %v; want a plain error", len(big), err)
+	}
+	if seq, _, err := e.Last(ctx, "counters/big"); err != nil || seq != 0 {
+		t.Fatalf("after a refused oversized append Last = %d, %v; want 0", seq, err)
+	}
+	// The largest record fits.
+	if _, err := e.Append(ctx, "counters/big", 0, big[1:]); err != nil {
+		t.Fatalf("Append of MaxRecord bytes: %v", err)
+	}
+	for _, cfg := range []cluster.Config{{Replicas: 7}, {Shards: -1}, {Prefix: "a.b"}, {Timeout: -1}} {
+		if _, err := cluster.New(ctx, c.conn(t, 0), cfg); err == nil {
+			t.Errorf("New(%+v): nil error", cfg)
+		}
+	}
+	if _, err := cluster.StartNode(cluster.NodeConfig{Name: "x"}); err == nil {
+		t.Errorf("StartNode without a Dir: nil error")
+	}
+	nc, err := cluster.Connect([]string{c.url(0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e2, err := cluster.New(ctx, nc, cluster.Config{Replicas: 1, Shards: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+	if _, err := e2.Append(ctx, "counters/closed", 0, []byte("x")); !errors.Is(err, core.ErrLogUnknown) {
+		t.Fatalf("Append over a closed connection: %v; want ErrLogUnknown", err)
+	}
+}

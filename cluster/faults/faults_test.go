@@ -1,0 +1,61 @@
+//go:build faults
+
+package faults_test
+
+import (
+	"flag"
+	"os"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/durable-go/durable/cluster/faults"
+)
+
+var (
+	duration = flag.Duration("faults.duration", 45*time.Second, "how long faults are injected")
+	seed     = flag.Uint64("faults.seed", 1, "the seed of the fault schedule and the clients")
+	nodes    = flag.Int("faults.nodes", 3, "node processes (3 or 5)")
+	target   = flag.String("faults.target", "engine", "what to put through the faults")
+)
+
+var targets = []faults.Target{faults.EngineTarget{}}
+
+func TestMain(m *testing.M) {
+	faults.RunIfNode(targets...) // a node process never returns from here
+	flag.Parse()
+	code := m.Run()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			os.Stderr.WriteString("goleak: " + err.Error() + "\n")
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// S-X5: node processes are killed (one, or all at once), stopped for longer than a lease,
+// partitioned (both ways and one way) and restarted, while clients append with expected sequences
+// and read the last record through random nodes. After healing, every acknowledged append is
+// there, at its sequence; no record appears that no client wrote after its predecessor; and each
+// key's history is linearizable.
+func TestFaults(t *testing.T) {
+	var tg faults.Target
+	for _, c := range targets {
+		if c.Name() == *target {
+			tg = c
+		}
+	}
+	if tg == nil {
+		t.Fatalf("no target %q", *target)
+	}
+	sum := faults.Run(t, faults.Config{Target: tg, Nodes: *nodes, Duration: *duration, Seed: *seed})
+	t.Log(sum)
+	if !sum.OK() {
+		t.Errorf("%s", sum)
+	}
+	if sum.Acked == 0 || sum.Cycles == 0 {
+		t.Errorf("the run checked nothing: %s", sum)
+	}
+}

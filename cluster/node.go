@@ -1,0 +1,155 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// MaxPayload is the largest message a node started by StartNode accepts (8 MiB), so that a commit
+// record of several MiB fits in one message.
+const MaxPayload = 8 << 20
+
+// NodeConfig configures an embedded JetStream node.
+type NodeConfig struct {
+	// Name names the node among the cluster's (required, unique, stable across restarts: JetStream
+	// knows its peers by name).
+	Name string
+
+	// Dir is the node's own directory, where JetStream keeps its streams (required).
+	Dir string
+
+	// Port is the client port, on 127.0.0.1 unless Host says otherwise; 0 picks a free one.
+	Port int
+
+	// Host is the address the client and cluster ports listen on (default 127.0.0.1).
+	Host string
+
+	// ClusterName names the cluster; with it empty the node runs alone (a 1-node cluster, where
+	// streams have 1 replica).
+	ClusterName string
+
+	// ClusterPort is the port the other nodes connect to; 0 picks a free one.
+	ClusterPort int
+
+	// Routes are the other nodes' cluster URLs (nats://host:port). Every node may list every
+	// other; a node may list itself.
+	Routes []string
+
+	// ClusterAdvertise, if set, is the address this node tells the others to reach it at, in
+	// place of its cluster port; a node learns of the others through those it is connected to.
+	// Set it to an address that is never reached to keep nodes to their Routes (as a test that
+	// routes links through proxies does).
+	ClusterAdvertise string
+
+	// Logger, if set, receives the node's log lines; nil keeps it quiet.
+	Logger *slog.Logger
+}
+
+// Node is a running embedded JetStream node.
+type Node struct {
+	srv *server.Server
+}
+
+// StartNode starts an embedded NATS server with JetStream, fsync on every write (so that an
+// acknowledged append is on the disks of a majority of the replicas, not in their page caches),
+// and a maximum payload of MaxPayload. It returns once the node accepts clients; a cluster's
+// JetStream is ready only once a majority of its nodes run (New waits for it).
+func StartNode(cfg NodeConfig) (*Node, error) {
+	if cfg.Name == "" || cfg.Dir == "" {
+		return nil, errors.New("cluster: StartNode: Name and Dir are required")
+	}
+	if cfg.Host == "" {
+		cfg.Host = "127.0.0.1"
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("cluster: StartNode %s: %w", cfg.Name, err)
+	}
+	opts := &server.Options{
+		ServerName: cfg.Name,
+		Host:       cfg.Host,
+		Port:       randomIfZero(cfg.Port),
+		MaxPayload: MaxPayload,
+		MaxPending: 4 * MaxPayload,
+		JetStream:  true,
+		StoreDir:   cfg.Dir,
+		SyncAlways: true,
+		NoSigs:     true,
+		NoLog:      cfg.Logger == nil,
+	}
+	if cfg.ClusterName != "" {
+		opts.Cluster = server.ClusterOpts{
+			Name:        cfg.ClusterName,
+			Host:        cfg.Host,
+			Port:        randomIfZero(cfg.ClusterPort),
+			NoAdvertise: true,
+			Advertise:   cfg.ClusterAdvertise,
+		}
+		for _, r := range cfg.Routes {
+			u, err := url.Parse(r)
+			if err != nil || u.Host == "" {
+				return nil, fmt.Errorf("cluster: StartNode %s: route %q is not a URL", cfg.Name, r)
+			}
+			opts.Routes = append(opts.Routes, u)
+		}
+	} else if len(cfg.Routes) > 0 {
+		return nil, fmt.Errorf("cluster: StartNode %s: Routes without a ClusterName", cfg.Name)
+	}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: StartNode %s: %w", cfg.Name, err)
+	}
+	if cfg.Logger != nil {
+		srv.SetLogger(slogLogger{cfg.Logger.With("node", cfg.Name)}, false, false)
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(30 * time.Second) {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+		return nil, fmt.Errorf("cluster: StartNode %s: not ready for connections within 30 s", cfg.Name)
+	}
+	return &Node{srv: srv}, nil
+}
+
+func randomIfZero(port int) int {
+	if port == 0 {
+		return server.RANDOM_PORT
+	}
+	return port
+}
+
+// ClientURL is the URL clients connect to (nats://127.0.0.1:port).
+func (n *Node) ClientURL() string { return n.srv.ClientURL() }
+
+// ClusterURL is the URL other nodes list in their Routes to reach this one; "" for a node
+// without a cluster.
+func (n *Node) ClusterURL() string {
+	a := n.srv.ClusterAddr()
+	if a == nil {
+		return ""
+	}
+	return "nats://" + net.JoinHostPort(a.IP.String(), strconv.Itoa(a.Port))
+}
+
+// Shutdown stops the node and waits until it has stopped.
+func (n *Node) Shutdown() {
+	n.srv.Shutdown()
+	n.srv.WaitForShutdown()
+}
+
+// slogLogger passes the server's log lines to a slog.Logger.
+type slogLogger struct{ l *slog.Logger }
+
+func (s slogLogger) Noticef(format string, v ...any) { s.l.Info(fmt.Sprintf(format, v...)) }
+func (s slogLogger) Warnf(format string, v ...any)   { s.l.Warn(fmt.Sprintf(format, v...)) }
+func (s slogLogger) Fatalf(format string, v ...any)  { s.l.Error(fmt.Sprintf(format, v...)) }
+func (s slogLogger) Errorf(format string, v ...any)  { s.l.Error(fmt.Sprintf(format, v...)) }
+func (s slogLogger) Debugf(format string, v ...any)  { s.l.Debug(fmt.Sprintf(format, v...)) }
+func (s slogLogger) Tracef(format string, v ...any)  { s.l.Debug(fmt.Sprintf(format, v...)) }
