@@ -27,6 +27,7 @@ type clusterFlags struct {
 	routes      string
 	external    string
 	replicas    int
+	shards      int
 	leaseTTL    time.Duration
 }
 
@@ -38,6 +39,7 @@ func (c *clusterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.routes, "routes", "", "cluster mode: the other nodes' cluster URLs, comma-separated (nats://127.0.0.1:6223,...); unset: a cluster of one node")
 	fs.StringVar(&c.external, "nats", "", "cluster mode: URLs of an external JetStream cluster, comma-separated, instead of an embedded node")
 	fs.IntVar(&c.replicas, "replicas", 0, "cluster mode: replicas of each object's log (default 3, or 1 for a cluster of one node)")
+	fs.IntVar(&c.shards, "shards", 16, "cluster mode: streams the objects' logs are spread over; the same on every node, for the life of the data")
 	fs.DurationVar(&c.leaseTTL, "lease", 4*time.Second, "cluster mode: how long an object's lease lasts unrenewed (failover takes about this long)")
 }
 
@@ -90,7 +92,7 @@ func (c *clusterFlags) start(ctx context.Context, dataDir string, log *slog.Logg
 	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	log.Info("cluster mode: waiting for JetStream (a majority of the nodes must run)", "node", c.node, "nats", strings.Join(urls, ","))
-	eng, err := cluster.New(wctx, nc, cluster.Config{Replicas: replicas})
+	eng, err := cluster.New(wctx, nc, cluster.Config{Replicas: replicas, Shards: c.shards})
 	if err != nil {
 		nc.Close()
 		stop()
