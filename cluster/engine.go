@@ -269,8 +269,9 @@ func (e *Engine) bound(ctx context.Context) (context.Context, context.CancelFunc
 // publishExpecting publishes m if subject's last sequence is expect. A replicated stream refuses
 // such a publish without looking at the sequence while an earlier publish to the subject is still
 // in flight at its leader (the "wrong last sequence" without a number), even one that has been
-// acknowledged already; the message is not stored then, so it is sent again, until the
-// sequence can be compared or ctx ends.
+// acknowledged already. The refusing leader does not store it, and of two sends that expect the
+// same sequence at most one can be stored, so it is sent again, until the sequence can be
+// compared or ctx ends.
 func (e *Engine) publishExpecting(ctx context.Context, m *nats.Msg, expect uint64) (*jetstream.PubAck, error) {
 	wait := 500 * time.Microsecond
 	for {
@@ -647,9 +648,7 @@ func (e *Engine) leaseSubject(key string) (string, error) {
 
 const (
 	kvOperation = "KV-Operation"
-	// kvBarrier begins the subjects of lease read barriers: no encoded key looks like this. Each
-	// read writes its own, since the bucket keeps one message per subject.
-	kvBarrier = "=sync"
+	kvBarrier   = "=sync" // no encoded key starts like this
 )
 
 // Get implements core.Leases. Like Last, the answer is confirmed through the bucket's quorum, so
@@ -671,7 +670,10 @@ func (e *Engine) Get(ctx context.Context, key string) (uint64, []byte, error) {
 // getLeaseMarker returns the lease's revision and value (0 and nil if none), and, for a deleted
 // lease, the sequence of its delete marker.
 func (e *Engine) getLeaseMarker(ctx context.Context, subject string) (rev uint64, value []byte, marker uint64, err error) {
-	seq, hdr, data, err := e.confirmedLast(ctx, e.kvStrm, subject, "$KV."+e.kvName+"."+kvBarrier+"-"+nuid.Next())
+	// The bucket keeps one message per subject: a barrier subject of its own for each read, so
+	// that another read's barrier does not replace this one before it is read back (barriers
+	// expire after barrierTTL).
+	seq, hdr, data, err := e.confirmedLast(ctx, e.kvStrm, subject, "$KV."+e.kvName+"."+kvBarrier+"."+nuid.Next())
 	if err != nil {
 		return 0, nil, 0, err
 	}
@@ -707,6 +709,11 @@ func (e *Engine) Put(ctx context.Context, key string, value []byte, rev uint64) 
 	case err == nil:
 		return ack.Sequence, nil
 	case isConflict(err):
+		// As for Append: the refusal may come from a server that no longer leads while the new
+		// leader stores the value. It stands unless the lease now holds this very value.
+		if _, now, _, gerr := e.getLeaseMarker(ctx, subject); gerr != nil || bytes.Equal(now, value) {
+			return 0, fmt.Errorf("cluster: lease put %q at revision %d: refused (%v), but the lease may hold this value now: outcome unknown", key, rev, err)
+		}
 		return 0, fmt.Errorf("cluster: lease put %q at revision %d: %w", key, rev, core.ErrLeaseConflict)
 	default:
 		return 0, fmt.Errorf("cluster: lease put %q at revision %d: %w", key, rev, err)

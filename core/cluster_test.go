@@ -758,3 +758,44 @@ func TestClusterAlarmAfterCrashRestart(t *testing.T) {
 		}
 	})
 }
+
+// lateWriterLog is a node's log whose armed append lands, then another writer appends after it (a
+// new owner that read it), and only then is the append reported unknown: its acknowledgement was
+// lost.
+type lateWriterLog struct {
+	core.Log
+	other core.Log
+	armed bool
+}
+
+func (l *lateWriterLog) Append(ctx context.Context, key string, expect uint64, rec []byte) (uint64, error) {
+	seq, err := l.Log.Append(ctx, key, expect, rec)
+	if err != nil || !l.armed {
+		return seq, err
+	}
+	l.armed = false
+	if _, err := l.other.Append(ctx, key, seq, []byte("another writer's record")); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("%w: the acknowledgement was lost", core.ErrLogUnknown)
+}
+
+// S-CL2: an append whose acknowledgement was lost, and after which another writer appended, is in
+// the log: its commit stands and its caller is answered, not told it was fenced.
+func TestClusterUnknownAppendThenAnotherWriter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := coretest.NewMemCluster()
+		var late *lateWriterLog
+		n1 := openNode(t, c, "n1", func(o *core.Options) {
+			late = &lateWriterLog{Log: o.Replication.Log, other: c.Node().Log()}
+			o.Replication.Log = late
+		})
+		require.NoError(t, n1.put("acct", "a", "1"))
+		before := len(c.Records("kv/acct"))
+		late.armed = true
+		require.NoError(t, n1.put("acct", "b", "2"), "the commit is in the log")
+		recs := c.Records("kv/acct")
+		require.Len(t, recs, before+2, "the commit's record, then the other writer's")
+		require.Equal(t, "another writer's record", string(recs[len(recs)-1]))
+	})
+}

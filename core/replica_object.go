@@ -635,10 +635,38 @@ func (o *object) appendOne(expect uint64, rec []byte) (uint64, error) {
 		case head != expect && bytes.Equal(headRec, rec):
 			return head, nil // it was appended: the acknowledgement was lost
 		case head != expect:
+			// Another writer appended. If it appended after this record (a new owner that read it),
+			// this record is in, right after expect, and the commit stands.
+			seq, in, rerr := o.landedAfter(expect, rec)
+			switch {
+			case rerr != nil:
+				lastErr = errors.Join(err, rerr)
+				continue
+			case in:
+				return seq, nil
+			}
 			return 0, fmt.Errorf("%w: the log of %s moved on (at %d, not %d): %v", ErrFenced, key, head, expect, err)
 		}
 	}
 	return 0, fmt.Errorf("%w: append to the log of %s: %v", ErrCommitUnknown, key, lastErr)
+}
+
+// errFirstRead stops a Read at its first record.
+var errFirstRead = errors.New("core: first record read")
+
+// landedAfter reports whether rec is the record right after expect in the object's log, where an
+// append expecting expect lands if it lands at all.
+func (o *object) landedAfter(expect uint64, rec []byte) (seq uint64, in bool, err error) {
+	ctx, cancel := replCtx()
+	defer cancel()
+	err = o.rt.repl.cfg.Log.Read(ctx, o.rs.key, expect, func(s uint64, r []byte) error {
+		seq, in = s, bytes.Equal(r, rec)
+		return errFirstRead
+	})
+	if errors.Is(err, errFirstRead) {
+		err = nil
+	}
+	return seq, in, err
 }
 
 // discard handles a failure in cluster mode: the batch is abandoned (its turns get err, its output

@@ -200,6 +200,11 @@ func errorStatus(err error) (int, string) {
 		return http.StatusServiceUnavailable, err.Error()
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return http.StatusServiceUnavailable, err.Error()
+	case errors.Is(err, core.ErrNotOwner), errors.Is(err, core.ErrFenced):
+		// Cluster mode: another node serves the object (the message names it).
+		return http.StatusMisdirectedRequest, err.Error()
+	case errors.Is(err, core.ErrLeaseUnproven):
+		return http.StatusServiceUnavailable, err.Error()
 	}
 	return http.StatusInternalServerError, err.Error()
 }

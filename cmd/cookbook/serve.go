@@ -33,6 +33,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, ready f
 	addr := fs.String("addr", "127.0.0.1:8787", "address to listen on")
 	data := fs.String("data", defaultDataDir(), "data directory: the objects' databases, alarms and dead letters")
 	fast := fs.Bool("fast", envBool("COOKBOOK_FAST"), "retry failed alarms after 100 ms, 200 ms, ... 3.2 s instead of 2 s ... 64 s (also COOKBOOK_FAST=1)")
+	var cf clusterFlags
+	cf.register(fs)
 	if err := parseFlags(fs, args, stdout, stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -50,6 +52,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, ready f
 	opts := core.Options{Dir: *data, Logger: log, Meter: metrics.provider}
 	if *fast {
 		opts.AlarmRetry = fastRetry
+	}
+	repl, stopCluster, err := cf.start(ctx, *data, log, stderr)
+	if err != nil {
+		return err
+	}
+	if repl != nil {
+		opts.Replication = repl
+		defer stopCluster() // after the runtime's Shutdown, which hands the leases back
 	}
 	rt, err := openData(opts, chosen, stdout)
 	if err != nil {
@@ -70,6 +80,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, ready f
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	printBanner(stdout, ln.Addr().String(), rt.Dir(), *fast)
+	if repl != nil {
+		fmt.Fprintf(stdout, "cluster mode: node %s; a call for an object another node owns gets 421, naming it\n", repl.Node)
+	}
 	if ready != nil {
 		ready(ln.Addr().String())
 	}

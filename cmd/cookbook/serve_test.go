@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -26,21 +27,34 @@ type server struct {
 // listens.
 func startServe(t *testing.T, args ...string) *server {
 	t.Helper()
+	s, wait := spawnServe(t, args...)
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// spawnServe starts serve with args on 127.0.0.1:0; wait, which any
+// goroutine may call, returns once it listens (or serve's error).
+func spawnServe(t *testing.T, args ...string) (s *server, wait func() error) {
 	ctx, cancel := context.WithCancel(t.Context())
-	s := &server{stop: cancel, done: make(chan error, 1), out: &syncBuffer{}}
+	s = &server{stop: cancel, done: make(chan error, 1), out: &syncBuffer{}}
 	ready := make(chan string, 1)
 	args = append([]string{"-addr", "127.0.0.1:0"}, args...)
 	go func() { s.done <- serve(ctx, args, s.out, s.out, func(addr string) { ready <- addr }) }()
-	select {
-	case s.addr = <-ready:
-	case err := <-s.done:
-		t.Fatalf("serve: %v\n%s", err, s.out.String())
-	}
 	t.Cleanup(func() {
 		cancel()
 		<-s.done // drained by shutdown when the test did not
 	})
-	return s
+	return s, func() error {
+		select {
+		case s.addr = <-ready:
+			return nil
+		case err := <-s.done:
+			s.done <- err // for the cleanup
+			return fmt.Errorf("serve: %v\n%s", err, s.out.String())
+		}
+	}
 }
 
 // shutdown stops the server as SIGINT does and returns serve's error.

@@ -1,0 +1,105 @@
+//go:build !race
+
+// The workshop as three nodes of a cluster. Left out of the race detector's
+// runs (and run in every other), as package cluster's 3-node tests are:
+// nats-server 2.15.2 has a data race of its own in its clustered publish
+// path.
+
+package main
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// Three workshop servers on one machine, each a node of one cluster with
+// its own embedded JetStream node: a session written through one node is
+// refused by the others (421, naming the owner) while it owns it, and is
+// served by another, with the value, once the first one shuts down. That
+// node's directory never held the session. // S-CL1, S-CL4
+func TestServe_ClusterModeThreeNodes(t *testing.T) {
+	ports := loopbackPorts(t, 6)
+	routes := make([]string, 3)
+	for i := range routes {
+		routes[i] = fmt.Sprintf("nats://127.0.0.1:%d", ports[3+i])
+	}
+	base := t.TempDir()
+	nodes := map[string]*server{}
+	var waits []func() error
+	for i := range 3 {
+		name := fmt.Sprintf("n%d", i+1)
+		s, wait := spawnServe(t, "-data", filepath.Join(base, name), "-node", name,
+			"-nats-port", strconv.Itoa(ports[i]), "-cluster-port", strconv.Itoa(ports[3+i]),
+			"-routes", strings.Join(routes, ","), "-lease", "2s", "-shards", "2")
+		nodes[name], waits = s, append(waits, wait)
+	}
+	// A cluster is ready once a majority of its nodes run: the nodes
+	// start together, and each waits for the others.
+	for name, wait := range waits {
+		if err := wait(); err != nil {
+			t.Fatalf("n%d: %v", name+1, err)
+		}
+	}
+	for name, s := range nodes {
+		if !strings.Contains(s.out.String(), "cluster mode: node "+name+";") {
+			t.Fatalf("%s's banner does not say it is a node:\n%s", name, s.out.String())
+		}
+	}
+
+	var s struct{ Value *string }
+	nodes["n1"].get(t, "/session/touch?id=c1&key=user&value=ada", &s)
+	if s.Value == nil || *s.Value != "ada" {
+		t.Fatalf("/session/touch on n1: %+v", s)
+	}
+	code, body := rawGet(t, nodes["n2"], "/session/get?id=c1&key=user")
+	if code != http.StatusMisdirectedRequest || !strings.Contains(body, `owned by node \"n1\"`) {
+		t.Fatalf("n2 while n1 owns the session: %d %s; want 421 naming n1", code, body)
+	}
+	if err := nodes["n1"].shutdown(); err != nil {
+		t.Fatalf("n1's shutdown: %v\n%s", err, nodes["n1"].out.String())
+	}
+	// n1 handed its leases back as it shut down: n2 takes the session at
+	// once and rebuilds it from the log.
+	s.Value = nil
+	nodes["n2"].get(t, "/session/get?id=c1&key=user", &s)
+	if s.Value == nil || *s.Value != "ada" {
+		t.Fatalf("/session/get on n2 after n1 left: %+v", s)
+	}
+	code, body = rawGet(t, nodes["n3"], "/session/get?id=c1&key=user")
+	if code != http.StatusMisdirectedRequest || !strings.Contains(body, `owned by node \"n2\"`) {
+		t.Fatalf("n3 while n2 owns the session: %d %s; want 421 naming n2", code, body)
+	}
+}
+
+func rawGet(t *testing.T, s *server, path string) (int, string) {
+	t.Helper()
+	resp, err := http.Get("http://" + s.addr + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// loopbackPorts returns n ports free on 127.0.0.1 (closed again, for the
+// servers to take).
+func loopbackPorts(t *testing.T, n int) []int {
+	t.Helper()
+	ports := make([]int, n)
+	for i := range ports {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		ports[i] = ln.Addr().(*net.TCPAddr).Port
+	}
+	return ports
+}
