@@ -1,3 +1,7 @@
+//go:build !race
+
+// A test of a 3-node cluster: left out of the race detector's runs, as those of cluster3_test.go.
+
 package cluster_test
 
 import (
