@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -146,6 +147,7 @@ func runCallers(b *testing.B, callers int, unit string, call func(ctx context.Co
 	b.Helper()
 	b.ReportAllocs()
 	ctx := context.Background()
+	cpu := cpuTime()
 	if callers == 1 {
 		for b.Loop() {
 			if err := call(ctx); err != nil {
@@ -171,6 +173,26 @@ func runCallers(b *testing.B, callers int, unit string, call func(ctx context.Co
 		b.StopTimer() // b.Loop stops it itself
 	}
 	reportRate(b, b.N, unit)
+	reportCPU(b, cpuTime()-cpu, b.N)
+}
+
+// cpuTime is the CPU time (user and system) the process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportCPU reports cpu-us/op: the process's CPU time per operation, which
+// counts the work done for the calls in the background too (closes of
+// evicted databases, the GC). Other load on a shared machine inflates it
+// far less than it does the rates.
+func reportCPU(b *testing.B, cpu time.Duration, n int) {
+	if cpu > 0 && n > 0 {
+		b.ReportMetric(float64(cpu.Microseconds())/float64(n), "cpu-us/op")
+	}
 }
 
 // reportRate reports n events over the benchmark's elapsed time.

@@ -97,16 +97,17 @@
 // # Old against new
 //
 // The storage figures (activation, activation by history size, ManyKeys,
-// AlarmFire, alarm lateness, Open with pending alarms) of the runtime at a
-// revision against the work tree, from the same benchmark code, five
-// interleaved runs of each binary, so that a shared machine's load falls on
-// both alike:
+// AlarmFire, alarm lateness, Open with pending alarms) and the per-key ones
+// (Forward at 1 and 64 callers, durable Write at 64 callers, with
+// telemetry off) of the runtime at a revision against the work tree, from
+// the same benchmark code, five interleaved runs of each binary, so that a
+// shared machine's load falls on both alike:
 //
 //	bash bench/compare.sh main 5
 //
 // It prints the directory holding old.txt, new.txt and the load averages
 // (uptime.txt). Compare medians, and each figure with its baseline from the
-// same run (impl=bare, history=0MB, objects=1000).
+// same run (impl=bare, history=0MB, objects=1000, gate=fifo, txn=batched).
 //
 // # Reading the units
 //
@@ -118,6 +119,13 @@
 //   - calls/s: completed calls (or inserts) per second of benchmark time,
 //     over all callers: b.N / b.Elapsed(). It is the inverse of ns/op,
 //     stated the way the targets are.
+//   - cpu-us/op: the process's CPU time (user and system) per call over the
+//     timed part, in microseconds (Forward, Process, Write, ManyKeys,
+//     Activate/object=new, Baseline/gate=fifo and
+//     Baseline/txn=per-insert/files=1000): it counts the
+//     work done in the background for the calls too (closing evicted
+//     databases, the GC), and other load on a shared machine inflates it
+//     far less than it does the rates.
 //   - commits/op: durable commits per call (Runtime.Stats().Commits / b.N).
 //     1 means every call paid its own fsync; 1/64 means 64 calls shared one.
 //   - p50-activate-us, p90-activate-us: median and 90th percentile latency

@@ -51,14 +51,20 @@ func openStore(path, synchronous string, template func() ([]byte, error)) (st *s
 		return nil, false, err
 	}
 	// The timers table's CREATE statement, as SQLite keeps it (ADD COLUMN rewrites it), says whether
-	// it has the running column: cheaper than pragma_table_xinfo, which every activation pays.
+	// it has the running column: cheaper than pragma_table_xinfo, which every activation pays. One
+	// statement reads it and the name record together; only a database from before the meta table
+	// fails to prepare it ("no such table") and is read in two.
 	var meta int
 	var timers sql.NullString
-	err = st.QueryOwn(`SELECT (SELECT count(*) FROM main.sqlite_schema WHERE type = 'table' AND name = '_durable_meta'),
+	err = st.QueryOwn(`SELECT (SELECT sql FROM main.sqlite_schema WHERE type = 'table' AND name = '_durable_timers'),
+  (SELECT count(*) FROM main._durable_meta WHERE k = 'name')`, nil, func(r *sql.Rows) error { return r.Scan(&timers, &meta) })
+	if err != nil && strings.Contains(err.Error(), "no such table") {
+		err = st.QueryOwn(`SELECT (SELECT count(*) FROM main.sqlite_schema WHERE type = 'table' AND name = '_durable_meta'),
   (SELECT sql FROM main.sqlite_schema WHERE type = 'table' AND name = '_durable_timers')`,
-		nil, func(r *sql.Rows) error { return r.Scan(&meta, &timers) })
-	if err == nil && meta == 1 {
-		err = st.QueryOwn("SELECT count(*) FROM main._durable_meta WHERE k = 'name'", nil, func(r *sql.Rows) error { return r.Scan(&meta) })
+			nil, func(r *sql.Rows) error { return r.Scan(&meta, &timers) })
+		if err == nil && meta == 1 {
+			err = st.QueryOwn("SELECT count(*) FROM main._durable_meta WHERE k = 'name'", nil, func(r *sql.Rows) error { return r.Scan(&meta) })
+		}
 	}
 	if err == nil && timers.Valid && !strings.Contains(timers.String, "running") {
 		err = st.ExecOwn(timersUpgrade)

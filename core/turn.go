@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/durable-go/durable/core/internal/wsconn"
 )
@@ -29,8 +30,7 @@ type turn struct {
 	context.Context
 	o        *object
 	flags    atomic.Uint32          // turnLive, turnHasSeg, turnTied
-	mu       sync.Mutex             // guards segment's making and its effects (Send may come from any goroutine)
-	*segment                        // made when the turn first uses storage, output or Done
+	*segment                        // made when the turn first uses storage, output or Done (see seg)
 	waiting  atomic.Pointer[object] // the gate this turn is queued for
 }
 
@@ -72,9 +72,10 @@ func (t *turn) chain(u *turn) bool {
 // parent is the turn whose context made t's call: it waits in Await meanwhile.
 func (t *turn) parent() *turn { return callerOf(t.Context) }
 
-// segment is what a turn's segment holds, used by the gate holder (and effects, under the turn's
-// mu, by Send).
+// segment is what a turn's segment holds, used by the gate holder (and effects, under its mu, by
+// Send).
 type segment struct {
+	mu      sync.Mutex // guards effects and the making of done (Send may come from any goroutine)
 	sp      spState
 	depth   int // nested Storage.Transaction depth
 	rows    []*Rows
@@ -84,21 +85,19 @@ type segment struct {
 	stop    func() // unties done from the runtime's base context
 }
 
-// seg returns the turn's segment state, making it if needed.
+// seg returns the turn's segment state, making it if needed. It is made once and never changed:
+// the first maker installs it with a compare-and-swap (a Send may race the gate holder), and the
+// turnHasSeg flag, set after it, lets later readers skip the atomics. The turn holds no lock of its
+// own, so that a call's turn fits its allocation's size class with its code and result.
 func (t *turn) seg() *segment {
-	if t.is(turnHasSeg) { // made once, never changed: no lock needed to read it
+	if t.is(turnHasSeg) {
 		return t.segment
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.segLocked()
-}
-
-func (t *turn) segLocked() *segment {
-	if t.segment == nil {
-		t.segment = new(segment)
-		t.flags.Or(turnHasSeg)
+	p := (*unsafe.Pointer)(unsafe.Pointer(&t.segment))
+	if !atomic.CompareAndSwapPointer(p, nil, unsafe.Pointer(new(segment))) {
+		return (*segment)(atomic.LoadPointer(p))
 	}
+	t.flags.Or(turnHasSeg)
 	return t.segment
 }
 
@@ -135,8 +134,8 @@ func (t *turn) Err() error { // polling Err does not tie
 
 func (t *turn) merged() context.Context {
 	s := t.seg()
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.done == nil {
 		ctx, cancel := context.WithCancel(t.Context)
 		stop := context.AfterFunc(t.o.rt.base, cancel)
@@ -186,15 +185,15 @@ const (
 
 // emit adds an effect to the segment's output.
 func (t *turn) emit(e effect) {
-	t.mu.Lock()
-	s := t.segLocked()
+	s := t.seg()
+	s.mu.Lock()
 	if s.effects == nil {
 		if p, ok := effectPool.Get().(*[]effect); ok {
 			s.effects = *p
 		}
 	}
 	s.effects = append(s.effects, e)
-	t.mu.Unlock()
+	s.mu.Unlock()
 }
 
 // Effect lists are pooled: a broadcast to a thousand members needs one.
@@ -470,10 +469,11 @@ func (t *turn) endSegment(failed bool) error {
 	if !t.is(turnHasSeg) { // no storage, no output
 		return nil
 	}
-	t.mu.Lock()
-	effects := t.effects
-	t.effects = nil
-	t.mu.Unlock()
+	s := t.seg()
+	s.mu.Lock()
+	effects := s.effects
+	s.effects = nil
+	s.mu.Unlock()
 	for _, r := range t.rows {
 		r.rows.Close()
 	}

@@ -153,7 +153,7 @@ func Open(path, synchronous, prefix string, template func() ([]byte, error)) (*D
 	}
 	// No journal_mode pragma: the template's header says WAL already, and WAL mode persists.
 	u := url.URL{Scheme: "file", Path: path}
-	db, err := sql.Open("sqlite", u.String()+"?_pragma=synchronous("+synchronous+")&_pragma=busy_timeout(10000)")
+	db, err := sql.Open("sqlite", u.String())
 	if err != nil {
 		return nil, err
 	}
@@ -188,10 +188,14 @@ func Open(path, synchronous, prefix string, template func() ([]byte, error)) (*D
 		return nil
 	})
 	if err == nil {
+		// The settings run here, outside fileOps, not from the DSN inside the connection's open: the
+		// first of them that needs the schema reads it, with the log and its index, and that work
+		// (most of an open) needs no process-wide lock. busy_timeout comes first, for that read.
 		// journal_size_limit: a checkpoint at close truncates the log to zero bytes, and a log that
 		// restarts is cut back to WALTrim.
 		s.internal = true
-		_, err = s.conn.ExecContext(context.Background(), fmt.Sprintf("PRAGMA cache_size = %d; PRAGMA journal_size_limit = %d", cachePages, WALTrim))
+		_, err = s.conn.ExecContext(context.Background(), fmt.Sprintf("PRAGMA busy_timeout = 10000; PRAGMA synchronous = %s; PRAGMA cache_size = %d; PRAGMA journal_size_limit = %d",
+			synchronous, cachePages, WALTrim))
 		s.internal = false
 	}
 	if err != nil {
