@@ -373,11 +373,18 @@ func TestMetrics_WebSockets(t *testing.T) {
 	env := openChat(t, opts)
 	fast := env.join(t, "r", "fast")
 	slow := env.join(t, "r", "slow")
-	require.EqualValues(t, 2, m.value("durable.websocket.connections", "chat"))
+	// A message is counted once it is queued to its client, so a client may read it a moment
+	// before the count shows it: wait for the count, with a deadline that only fails a stuck test.
+	eventually := func(want int64, name, msg string) {
+		t.Helper()
+		require.Eventually(t, func() bool { return m.value(name, "chat") == want }, 10*time.Second, time.Millisecond,
+			"%s: %s: %d, want %d", msg, name, m.value(name, "chat"), want)
+	}
+	eventually(2, "durable.websocket.connections", "both joined")
 	require.Equal(t, `{"name":"fast"}:hello`, roundTrip(t, fast, "hello"))
 	require.Equal(t, `{"name":"fast"}:hello`, recv(t, slow))
 	require.EqualValues(t, 1, m.value("durable.websocket.messages.in", "chat"))
-	require.EqualValues(t, 2, m.value("durable.websocket.messages.out", "chat"), "the broadcast went to both")
+	eventually(2, "durable.websocket.messages.out", "the broadcast went to both")
 	require.Equal(t, "pong", roundTrip(t, fast, "ping"))
 	require.EqualValues(t, 1, m.value("durable.websocket.messages.in", "chat"), "an auto-response wakes nothing")
 
