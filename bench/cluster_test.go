@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/durable-go/durable/cluster"
 	"github.com/durable-go/durable/core"
+	"github.com/durable-go/durable/internal/loopback"
 )
 
 // jsCluster is a JetStream cluster of embedded nodes on 127.0.0.1 in the benchmark's process, each
@@ -27,18 +27,9 @@ type jsCluster struct {
 // startJS starts n nodes, shut down when the benchmark ends.
 func startJS(b *testing.B, n int) *jsCluster {
 	b.Helper()
-	var ports []int
-	var ls []net.Listener
-	for range 2 * n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls { // free again, for the nodes
-		l.Close()
+	ports, err := loopback.FreePorts(2 * n)
+	if err != nil {
+		b.Fatal(err)
 	}
 	var routes []string
 	for i := range n {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -17,6 +16,7 @@ import (
 	"github.com/durable-go/durable/cluster"
 	"github.com/durable-go/durable/core"
 	"github.com/durable-go/durable/core/coretest"
+	"github.com/durable-go/durable/internal/loopback"
 )
 
 func TestMain(m *testing.M) {
@@ -75,7 +75,7 @@ func startCluster(t *testing.T, n int) *testCluster {
 // newCluster starts n nodes with directories under parent.
 func newCluster(n int, parent string) (*testCluster, error) {
 	c := &testCluster{cfgs: make([]cluster.NodeConfig, n), nodes: make([]*cluster.Node, n)}
-	ports, err := freePorts(2 * n)
+	ports, err := loopback.FreePorts(2 * n)
 	if err != nil {
 		return nil, err
 	}
@@ -112,26 +112,6 @@ func (c *testCluster) shutdown() {
 	for _, dir := range c.dirs {
 		os.RemoveAll(dir)
 	}
-}
-
-// freePorts returns n ports on 127.0.0.1 that were free a moment ago.
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 func (c *testCluster) start(i int) error {

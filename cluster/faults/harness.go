@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/durable-go/durable/internal/loopback"
 )
 
 // Config configures a run of the harness.
@@ -205,7 +207,7 @@ func Run(t testing.TB, cfg Config) *Summary {
 
 func (h *harness) setup(root string) {
 	n := h.cfg.Nodes
-	ports, err := freePorts(3*n + n*n)
+	ports, err := loopback.FreePorts(3*n + n*n)
 	if err != nil {
 		h.t.Fatalf("faults: ports: %v", err)
 	}
@@ -235,26 +237,6 @@ func (h *harness) setup(root string) {
 	for _, p := range h.procs {
 		h.launch(p)
 	}
-}
-
-// freePorts returns n ports on 127.0.0.1 that were free a moment ago.
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 // launch starts p's process: the test binary again, told by the environment to be a node.

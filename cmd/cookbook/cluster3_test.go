@@ -10,12 +10,13 @@ package main
 import (
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/durable-go/durable/internal/loopback"
 )
 
 // Three workshop servers on one machine, each a node of one cluster with
@@ -24,7 +25,10 @@ import (
 // served by another, with the value, once the first one shuts down. That
 // node's directory never held the session. // S-CL1, S-CL4
 func TestServe_ClusterModeThreeNodes(t *testing.T) {
-	ports := loopbackPorts(t, 6)
+	ports, err := loopback.FreePorts(6)
+	if err != nil {
+		t.Fatal(err)
+	}
 	routes := make([]string, 3)
 	for i := range routes {
 		routes[i] = fmt.Sprintf("nats://127.0.0.1:%d", ports[3+i])
@@ -86,20 +90,4 @@ func rawGet(t *testing.T, s *server, path string) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
-}
-
-// loopbackPorts returns n ports free on 127.0.0.1 (closed again, for the
-// servers to take).
-func loopbackPorts(t *testing.T, n int) []int {
-	t.Helper()
-	ports := make([]int, n)
-	for i := range ports {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		ports[i] = ln.Addr().(*net.TCPAddr).Port
-	}
-	return ports
 }
