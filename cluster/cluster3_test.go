@@ -43,11 +43,7 @@ func TestEngine_LeasesContract3Nodes(t *testing.T) {
 // every node then reads the same records.
 func TestEngine_RacingAppendersAcrossNodes(t *testing.T) {
 	c := sharedCluster(t)
-	prefix := fmt.Sprintf("t%d", prefixes.Add(1))
-	var es []*cluster.Engine
-	for i := range 3 {
-		es = append(es, c.engine(t, i, cluster.Config{Prefix: prefix}))
-	}
+	es := c.engines(t)
 	ctx := t.Context()
 	var last uint64
 	for round := range 20 {
@@ -170,11 +166,7 @@ func TestEngine_BlobLargerThanMaxPayload(t *testing.T) {
 // S-X4: a lease written on one node is read on another at once, with the revision it was given.
 func TestEngine_LeaseReadYourWritesAcrossNodes(t *testing.T) {
 	c := sharedCluster(t)
-	prefix := fmt.Sprintf("t%d", prefixes.Add(1))
-	var es []*cluster.Engine
-	for i := range 3 {
-		es = append(es, c.engine(t, i, cluster.Config{Prefix: prefix}))
-	}
+	es := c.engines(t)
 	ctx := t.Context()
 	var rev uint64
 	for i := range 30 {

@@ -144,6 +144,17 @@ func (c *testCluster) conn(t *testing.T, i int) *nats.Conn {
 var prefixes atomic.Int64
 
 // engine returns an engine with a prefix of its own over a connection to node i.
+// engines returns an engine on each node, all over one prefix of their own.
+func (c *testCluster) engines(t *testing.T) []*cluster.Engine {
+	t.Helper()
+	cfg := cluster.Config{Prefix: fmt.Sprintf("t%d", prefixes.Add(1))}
+	es := make([]*cluster.Engine, len(c.nodes))
+	for i := range es {
+		es[i] = c.engine(t, i, cfg)
+	}
+	return es
+}
+
 func (c *testCluster) engine(t *testing.T, i int, cfg cluster.Config) *cluster.Engine {
 	t.Helper()
 	if cfg.Prefix == "" {

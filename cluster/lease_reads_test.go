@@ -10,8 +10,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/durable-go/durable/cluster"
 )
 
 // S-X4: concurrent reads of leases, from every node, each return within one attempt of a read
@@ -21,11 +19,7 @@ import (
 // lease at every call they refuse, so such bursts are the common case.
 func TestEngine_ConcurrentLeaseReads(t *testing.T) {
 	c := sharedCluster(t)
-	prefix := fmt.Sprintf("t%d", prefixes.Add(1))
-	var es []*cluster.Engine
-	for i := range 3 {
-		es = append(es, c.engine(t, i, cluster.Config{Prefix: prefix}))
-	}
+	es := c.engines(t)
 	for k := range 3 {
 		if _, err := es[0].Put(t.Context(), fmt.Sprintf("obj/%d", k), []byte("n1"), 0); err != nil {
 			t.Fatal(err)
