@@ -152,27 +152,9 @@ func LogContract(t *testing.T, newLog func(t *testing.T) core.Log) {
 		const writers, rounds = 8, 5
 		var last uint64
 		for round := range rounds {
-			var (
-				wg      sync.WaitGroup
-				mu      sync.Mutex
-				winners []int
-				seqs    []uint64
-				other   []error
-			)
-			for w := range writers {
-				wg.Go(func() {
-					seq, err := l.Append(ctx, "counters/race", last, fmt.Appendf(nil, "r%d w%d", round, w))
-					mu.Lock()
-					defer mu.Unlock()
-					switch {
-					case err == nil:
-						winners, seqs = append(winners, w), append(seqs, seq)
-					case !errors.Is(err, core.ErrLogConflict):
-						other = append(other, err)
-					}
-				})
-			}
-			wg.Wait()
+			winners, seqs, other := race(writers, core.ErrLogConflict, func(w int) (uint64, error) {
+				return l.Append(ctx, "counters/race", last, fmt.Appendf(nil, "r%d w%d", round, w))
+			})
 			if len(other) > 0 {
 				t.Fatalf("round %d: racing appends failed other than by conflict: %v", round, other)
 			}
@@ -506,30 +488,16 @@ func LeasesContract(t *testing.T, newLeases func(t *testing.T) core.Leases) {
 		const writers, rounds = 8, 5
 		var rev uint64
 		for round := range rounds {
-			var (
-				wg      sync.WaitGroup
-				mu      sync.Mutex
-				winners []string
-				revs    []uint64
-				other   []error
-			)
-			for w := range writers {
-				wg.Go(func() {
-					val := fmt.Sprintf("r%d n%d", round, w)
-					r, err := ls.Put(ctx, "counters/race", []byte(val), rev)
-					mu.Lock()
-					defer mu.Unlock()
-					switch {
-					case err == nil:
-						winners, revs = append(winners, val), append(revs, r)
-					case !errors.Is(err, core.ErrLeaseConflict):
-						other = append(other, err)
-					}
-				})
-			}
-			wg.Wait()
+			val := func(w int) string { return fmt.Sprintf("r%d n%d", round, w) }
+			ws, revs, other := race(writers, core.ErrLeaseConflict, func(w int) (uint64, error) {
+				return ls.Put(ctx, "counters/race", []byte(val(w)), rev)
+			})
 			if len(other) > 0 {
 				t.Fatalf("round %d: racing Puts failed other than by conflict: %v", round, other)
+			}
+			var winners []string
+			for _, w := range ws {
+				winners = append(winners, val(w))
 			}
 			if len(winners) != 1 {
 				t.Fatalf("round %d: %d racing Puts at revision %d succeeded (%q); want exactly 1", round, len(winners), rev, winners)
@@ -605,4 +573,26 @@ func mustGet(t *testing.T, ls core.Leases, key string, rev uint64, val string) {
 	if err != nil || gotRev != rev || string(gotVal) != val {
 		t.Fatalf("Get %q = %d, %q, %v; want %d, %q", key, gotRev, gotVal, err, rev, val)
 	}
+}
+
+// race runs op for writers 0..n-1 at once and returns the writers that succeeded with their
+// results, and the errors other than conflict.
+func race(n int, conflict error, op func(w int) (uint64, error)) (winners []int, results []uint64, other []error) {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for w := range n {
+		wg.Go(func() {
+			r, err := op(w)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				winners, results = append(winners, w), append(results, r)
+			case !errors.Is(err, conflict):
+				other = append(other, err)
+			}
+		})
+	}
+	wg.Wait()
+	return winners, results, other
 }
