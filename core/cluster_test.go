@@ -76,6 +76,16 @@ func (n *node) get(name, key string) (string, error) {
 	})
 }
 
+// requireNumbered checks that object name holds the values v0..v(n-1) under the keys k0..k(n-1).
+func (n *node) requireNumbered(t *testing.T, name string, count int) {
+	t.Helper()
+	for i := range count {
+		v, err := n.get(name, "k"+strconv.Itoa(i))
+		require.NoError(t, err)
+		require.Equal(t, "v"+strconv.Itoa(i), v)
+	}
+}
+
 // S-CL1, S-CL4: a write acknowledged on node 1 is read on node 2 once node 1 has closed (its leases
 // handed back: node 2 takes the object at once), though node 2's directory never held the object.
 func TestClusterReadAfterDrain(t *testing.T) {
@@ -94,11 +104,7 @@ func TestClusterReadAfterDrain(t *testing.T) {
 		require.Equal(t, "n1", noe.Holder)
 
 		require.NoError(t, n1.rt.Close())
-		for i := range 5 {
-			v, err := n2.get("counter", "k"+strconv.Itoa(i))
-			require.NoError(t, err)
-			require.Equal(t, "v"+strconv.Itoa(i), v)
-		}
+		n2.requireNumbered(t, "counter", 5)
 		require.NoError(t, n2.put("counter", "k5", "v5"))
 		files, _ := filepath.Glob(filepath.Join(n2.dir, "kv", "*.sqlite"))
 		require.Len(t, files, 1, "node 2 rebuilt the object into its own directory")
@@ -368,11 +374,7 @@ func TestClusterSnapshotTrimRebuild(t *testing.T) {
 
 		n2 := openNode(t, c, "n2")
 		defer n2.rt.Close()
-		for i := range 12 {
-			v, err := n2.get("acct", "k"+strconv.Itoa(i))
-			require.NoError(t, err)
-			require.Equal(t, "v"+strconv.Itoa(i), v)
-		}
+		n2.requireNumbered(t, "acct", 12)
 	})
 }
 
@@ -568,11 +570,7 @@ func TestClusterOneRecordPerBatch(t *testing.T) {
 		t.Logf("32 calls: %d commits", shipped)
 		require.NoError(t, n1.rt.Close())
 		n2 := openNode(t, c, "n2")
-		for i := range 32 {
-			v, err := n2.get("acct", "k"+strconv.Itoa(i))
-			require.NoError(t, err)
-			require.Equal(t, "v"+strconv.Itoa(i), v)
-		}
+		n2.requireNumbered(t, "acct", 32)
 	})
 }
 
