@@ -608,22 +608,70 @@ func (e *Engine) PutBlob(ctx context.Context, name string, r io.Reader) error {
 }
 
 // GetBlob implements core.Log. The object store checks the blob's digest as it reads it.
+//
+// The chunks are read through a consumer that the cluster may place on any replica, and one that
+// is still applying the chunks ends the read early (the digest then does not match). Such a read
+// is taken up again, past the bytes already written to w, until the whole blob has been read and
+// its digest matches, or until the engine's timeout: the chunks of one stored blob never change,
+// so the bytes already written are the blob's first ones.
 func (e *Engine) GetBlob(ctx context.Context, name string, w io.Writer) error {
 	if name == "" {
 		return fmt.Errorf("cluster: get blob: empty name: %w", core.ErrNoObject)
 	}
-	res, err := e.objects.Get(ctx, name)
+	ctx, cancel := e.bound(ctx)
+	defer cancel()
+	var (
+		written int64  // bytes of the blob already written to w
+		nuid    string // the stored blob those bytes came from
+		err     error
+	)
+	for attempt, wait := 0, 10*time.Millisecond; ; attempt++ {
+		var n int64
+		n, nuid, err = e.readBlob(ctx, name, nuid, written, w)
+		written += n
+		if err == nil || !errors.Is(err, jetstream.ErrDigestMismatch) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cluster: get blob %q: %w (after %d reads: %w)", name, err, attempt+1, ctx.Err())
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 200*time.Millisecond)
+	}
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		return fmt.Errorf("cluster: get blob %q: %w", name, core.ErrNoObject)
 	}
 	if err != nil {
 		return fmt.Errorf("cluster: get blob %q: %w", name, err)
 	}
-	defer res.Close()
-	if _, err := io.Copy(w, res); err != nil {
-		return fmt.Errorf("cluster: get blob %q: %w", name, err)
-	}
 	return nil
+}
+
+// readBlob reads blob name once, skipping its first skip bytes and writing the rest to w, and
+// returns how many bytes it wrote and the stored blob's id. If nuid is not empty, the name must
+// still hold that stored blob.
+func (e *Engine) readBlob(ctx context.Context, name, nuid string, skip int64, w io.Writer) (int64, string, error) {
+	res, err := e.objects.Get(ctx, name)
+	if err != nil {
+		return 0, nuid, err
+	}
+	defer res.Close()
+	info, err := res.Info()
+	if err != nil {
+		return 0, nuid, err
+	}
+	if nuid != "" && info.NUID != nuid {
+		return 0, nuid, fmt.Errorf("the blob was replaced while it was read")
+	}
+	if _, err := io.CopyN(io.Discard, res, skip); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = jetstream.ErrDigestMismatch // shorter than the part already read: read again
+		}
+		return 0, info.NUID, err
+	}
+	n, err := io.Copy(w, res)
+	return n, info.NUID, err
 }
 
 // DeleteBlob implements core.Log. Deleting a blob that is not there is not an error.
