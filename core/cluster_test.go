@@ -148,6 +148,54 @@ func TestClusterTakeoverAfterExpiry(t *testing.T) {
 	})
 }
 
+// S-CL4: the leases a node refused calls for are remembered while calls keep coming and forgotten
+// 2 LeaseTTL after the last one, so that refusals for many objects do not pile up; one forgotten
+// and asked for again is timed afresh before it is taken over.
+func TestClusterForgetsLeasesNoLongerAskedFor(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := coretest.NewMemCluster()
+		n1 := openNode(t, c, "n1")
+		n2 := openNode(t, c, "n2")
+		defer n2.rt.Close()
+		const objects = 50
+		for i := range objects {
+			require.NoError(t, n1.put("o"+strconv.Itoa(i), "k", "v"))
+		}
+		for i := range objects {
+			_, err := n2.get("o"+strconv.Itoa(i), "k")
+			require.ErrorIs(t, err, core.ErrNotOwner)
+		}
+		require.Equal(t, int64(objects), n2.rt.ReplicationStats().WatchedLeases)
+
+		// Node 1 goes silent. Calls for o0 keep its lease watched; the others are forgotten.
+		n1.view.CutLog(true)
+		n1.view.CutLeases(true)
+		for range 4 {
+			time.Sleep(clusterTTL * 3 / 4)
+			_, err := n2.get("o0", "k")
+			if err == nil {
+				break // o0 was taken over: seen unrenewed for LeaseTTL
+			}
+			require.ErrorIs(t, err, core.ErrNotOwner)
+		}
+		v, err := n2.get("o0", "k")
+		require.NoError(t, err, "o0, watched all along, is taken over once LeaseTTL has passed")
+		require.Equal(t, "v", v)
+		require.Equal(t, int64(objects-1), n2.rt.ReplicationStats().WatchedLeases, "o0 is held now; o1.. are remembered")
+		time.Sleep(2*clusterTTL + clusterTTL/2)
+		require.Equal(t, int64(0), n2.rt.ReplicationStats().WatchedLeases, "o1.. were forgotten")
+
+		// o1 was forgotten: its lease, unrenewed for 3 LeaseTTL by now, is timed afresh.
+		_, err = n2.get("o1", "k")
+		require.ErrorIs(t, err, core.ErrNotOwner, "a forgotten lease is timed afresh")
+		time.Sleep(clusterTTL)
+		v, err = n2.get("o1", "k")
+		require.NoError(t, err)
+		require.Equal(t, "v", v)
+		n1.rt.Close()
+	})
+}
+
 // S-CL5: a node cut off from the leases stops serving once its lease lapses by its own clock, reads
 // included, and serves again once it can renew (nobody took the object meanwhile).
 func TestClusterReadsRefusedWhenLeaseLapses(t *testing.T) {

@@ -44,6 +44,10 @@ type ReplicationStats struct {
 	RecordBytes int64 // their size, as appended
 	PageBytes   int64 // the page images they carried, before compression
 	Snapshots   int64 // snapshots written
+
+	// WatchedLeases is the number of other nodes' leases this node is timing for the takeover rule:
+	// those it read in the last 2 LeaseTTL, for calls it refused.
+	WatchedLeases int64
 }
 
 // ReplicationStats returns cluster mode's counters (zero without Options.Replication).
@@ -52,8 +56,11 @@ func (rt *Runtime) ReplicationStats() ReplicationStats {
 	if n == nil {
 		return ReplicationStats{}
 	}
+	n.mu.Lock()
+	watched := int64(len(n.seen))
+	n.mu.Unlock()
 	return ReplicationStats{Commits: n.commits.Load(), Records: n.records.Load(), RecordBytes: n.recordBytes.Load(),
-		PageBytes: n.pageBytes.Load(), Snapshots: n.snapshots.Load()}
+		PageBytes: n.pageBytes.Load(), Snapshots: n.snapshots.Load(), WatchedLeases: watched}
 }
 
 func (n *replicaNode) shipped(nrecs int, c *walship.Commit, recs [][]byte) {
@@ -66,9 +73,15 @@ func (n *replicaNode) shipped(nrecs int, c *walship.Commit, recs [][]byte) {
 }
 
 type seenLease struct {
-	rev uint64
-	at  time.Time
+	rev     uint64
+	at      time.Time // when this node first read the lease at this revision
+	checked time.Time // when this node last read it
 }
+
+// forgetSeenAfter is how long a foreign lease is remembered after this node last read it. A node
+// asked for many objects that others own would otherwise remember them all; one forgotten and asked
+// for again is timed afresh, so its takeover takes LeaseTTL from then.
+func (n *replicaNode) forgetSeenAfter() time.Duration { return 2 * n.cfg.LeaseTTL }
 
 // leaseValue is what a lease holds.
 type leaseValue struct {
@@ -120,8 +133,9 @@ func (rt *Runtime) openReplication() {
 	go rt.repl.renewer(rt)
 }
 
-// renewer renews the leases of resident objects every quarter LeaseTTL. It is owned by the runtime:
-// Shutdown stops it and waits for it, once the objects are closed.
+// renewer renews the leases of resident objects every quarter LeaseTTL, and forgets the foreign
+// leases not read for forgetSeenAfter. It is owned by the runtime: Shutdown stops it and waits for
+// it, once the objects are closed.
 func (n *replicaNode) renewer(rt *Runtime) {
 	defer close(n.done)
 	t := time.NewTicker(n.cfg.LeaseTTL / 4)
@@ -132,10 +146,16 @@ func (n *replicaNode) renewer(rt *Runtime) {
 			return
 		case <-t.C:
 		}
+		now := rt.now()
 		n.mu.Lock()
 		ls := make([]*lease, 0, len(n.held))
 		for _, l := range n.held {
 			ls = append(ls, l)
+		}
+		for key, s := range n.seen {
+			if now.Sub(s.checked) > n.forgetSeenAfter() {
+				delete(n.seen, key)
+			}
 		}
 		n.mu.Unlock()
 		for _, l := range ls {
@@ -270,8 +290,9 @@ func (n *replicaNode) take(rt *Runtime, key string) (*lease, error) {
 		s, ok := n.seen[key]
 		if !ok || s.rev != rev {
 			s = seenLease{rev: rev, at: now}
-			n.seen[key] = s
 		}
+		s.checked = now
+		n.seen[key] = s
 		n.mu.Unlock()
 		if now.Sub(s.at) < n.cfg.LeaseTTL {
 			return nil, &NotOwnerError{Key: key, Holder: v.Node, Until: s.at.Add(n.cfg.LeaseTTL)}
