@@ -69,7 +69,8 @@
 //     cluster: 3 replicas, fsync on every write), the runtime on one of them:
 //     BenchmarkClusterWrite is the durable counter increment to one object
 //     from 1, 16 and 64 callers and over 1,000 objects from 64 callers
-//     (objects=N/callers=N), impl=cluster beside impl=single (the
+//     (objects=N/callers=N), impl=cluster and impl=cluster-normal (the local
+//     SQLite at synchronous NORMAL, on another node) beside impl=single (the
 //     single-process runtime, SQLite with synchronous FULL) in the same run;
 //     the objects are resident (leases taken) before the clock runs.
 //     BenchmarkClusterFailover is the time from the loss of an object's

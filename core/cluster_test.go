@@ -403,6 +403,36 @@ func TestClusterFileAheadDiscarded(t *testing.T) {
 	})
 }
 
+// S-CL6: with the local SQLite at synchronous NORMAL, a node whose disk lost its last commits (a
+// power loss: the file as it was before them) still serves every acknowledged write: the log holds
+// them, and the file is caught up from it.
+func TestClusterNormalLocalDiskLosesTail(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := coretest.NewMemCluster()
+		normal := func(o *core.Options) { o.Synchronous = "NORMAL" }
+		n1 := openNode(t, c, "n1", normal)
+		for i := range 2 {
+			require.NoError(t, n1.put("acct", "k"+strconv.Itoa(i), "v"+strconv.Itoa(i)))
+		}
+		disk := t.TempDir()
+		copyDir(t, n1.dir, disk) // what the disk holds when the power goes: the later commits never synced
+		for i := 2; i < 5; i++ {
+			require.NoError(t, n1.put("acct", "k"+strconv.Itoa(i), "v"+strconv.Itoa(i)))
+		}
+		n1.view.CutLog(true) // the machine is gone: no drain
+		n1.view.CutLeases(true)
+
+		n1b := openNode(t, c, "n1", normal, func(o *core.Options) { o.Dir = disk }) // it restarts on that disk
+		defer n1b.rt.Close()
+		_, err := n1b.get("acct", "k0")
+		require.ErrorIs(t, err, core.ErrNotOwner, "its own old lease, until seen unrenewed for LeaseTTL")
+		time.Sleep(clusterTTL)
+		n1b.requireNumbered(t, "acct", 5)
+		require.NoError(t, n1b.put("acct", "k5", "v5"))
+		n1b.requireNumbered(t, "acct", 6)
+	})
+}
+
 // S-CL7: every SnapshotEvery records the owner writes a snapshot (the database file as a blob, a
 // record pointing at it), trims the records before it and deletes the previous blob; a node with
 // an empty directory rebuilds from the snapshot and the records after it.

@@ -47,7 +47,8 @@ type Options struct {
 
 	// Synchronous is SQLite's synchronous setting for object databases: "FULL" (default: a commit
 	// survives power loss) or "NORMAL" (it survives a crash of the process, perhaps not of the
-	// machine).
+	// machine). In cluster mode (Replication) NORMAL loses no acknowledged commit either: the log
+	// holds them all, and a local file that lost its last commits is caught up from it.
 	Synchronous string
 
 	// Logger receives the runtime's structured records: what it decides on its own (evictions at
