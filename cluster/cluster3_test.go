@@ -52,9 +52,10 @@ func TestEngine_RacingAppendersAcrossNodes(t *testing.T) {
 			err error
 		}
 		results := make(chan result, 6)
+		expect := last // read once: the loop below moves last while late writers start
 		for w := range 6 {
 			go func() {
-				seq, err := es[w%3].Append(ctx, "counters/race", last, fmt.Appendf(nil, "%d/%d", round, w))
+				seq, err := es[w%3].Append(ctx, "counters/race", expect, fmt.Appendf(nil, "%d/%d", round, w))
 				results <- result{seq, err}
 			}()
 		}
