@@ -131,7 +131,9 @@
 // durable.commit.latency, durable.commit.turns, durable.rows.read and .written,
 // durable.overloaded, durable.alarms.fired, .retried, .dead_lettered and .lateness,
 // durable.objects.resident, durable.databases.open, durable.evictions,
-// durable.websocket.connections, .messages.in, .messages.out and .slow_cuts; times in seconds. A
+// durable.websocket.connections, .messages.in, .messages.out and .slow_cuts; times in seconds; in
+// cluster mode, for the whole runtime, durable.cluster.commits, .records, .record_bytes,
+// .page_bytes, .snapshots, .leases.held and .leases.watched. A
 // turn is a durable.call span, a child of the span in the caller's context, with durable.queue, a
 // durable.segment per segment, durable.await and durable.gate around each Await, and
 // durable.commit under it; alarm runs (durable.alarm) and WebSocket deliveries

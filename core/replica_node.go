@@ -45,6 +45,8 @@ type ReplicationStats struct {
 	PageBytes   int64 // the page images they carried, before compression
 	Snapshots   int64 // snapshots written
 
+	// HeldLeases is the number of leases this node holds now (its resident objects').
+	HeldLeases int64
 	// WatchedLeases is the number of other nodes' leases this node is timing for the takeover rule:
 	// those it read in the last 2 LeaseTTL, for calls it refused.
 	WatchedLeases int64
@@ -57,10 +59,10 @@ func (rt *Runtime) ReplicationStats() ReplicationStats {
 		return ReplicationStats{}
 	}
 	n.mu.Lock()
-	watched := int64(len(n.seen))
+	held, watched := int64(len(n.held)), int64(len(n.seen))
 	n.mu.Unlock()
 	return ReplicationStats{Commits: n.commits.Load(), Records: n.records.Load(), RecordBytes: n.recordBytes.Load(),
-		PageBytes: n.pageBytes.Load(), Snapshots: n.snapshots.Load(), WatchedLeases: watched}
+		PageBytes: n.pageBytes.Load(), Snapshots: n.snapshots.Load(), HeldLeases: held, WatchedLeases: watched}
 }
 
 func (n *replicaNode) shipped(nrecs int, c *walship.Commit, recs [][]byte) {

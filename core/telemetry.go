@@ -35,7 +35,10 @@ type instruments struct {
 	commitTurns                                          metric.Int64Histogram
 	queueLen, resident, openDBs, wsConns                 metric.Int64ObservableGauge
 	rowsRead, rowsWritten                                metric.Int64ObservableCounter
-	reg                                                  metric.Registration
+	// Cluster mode's, for the whole runtime (no namespace attribute).
+	shipped, records, recordBytes, pageBytes, snapshots metric.Int64ObservableCounter
+	leasesHeld, leasesWatched                           metric.Int64ObservableGauge
+	reg                                                 metric.Registration
 }
 
 // nsTel is a namespace's precomputed attribute options (nil when metrics are off).
@@ -131,18 +134,41 @@ func newInstruments(rt *Runtime, mt metric.Meter) (*instruments, error) {
 	errs = append(errs, err)
 	m.rowsWritten, err = mt.Int64ObservableCounter("durable.rows.written", metric.WithUnit("{row}"), metric.WithDescription("Rows changed by objects' statements, KV writes and alarm changes."))
 	errs = append(errs, err)
+	total := func(name, unit, desc string) metric.Int64ObservableCounter {
+		c, err := mt.Int64ObservableCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return c
+	}
+	m.shipped = total("durable.cluster.commits", "{commit}", "Commits shipped to the cluster's log (cluster mode).")
+	m.records = total("durable.cluster.records", "{record}", "Records appended for them (a commit over 1 MiB takes several).")
+	m.recordBytes = total("durable.cluster.record_bytes", "By", "Bytes of those records, as appended.")
+	m.pageBytes = total("durable.cluster.page_bytes", "By", "Bytes of the page images they carried, before compression.")
+	m.snapshots = total("durable.cluster.snapshots", "{snapshot}", "Snapshots of object databases written to the cluster.")
+	m.leasesHeld = gauge("durable.cluster.leases.held", "{lease}", "Leases this node holds now: its resident objects in cluster mode.")
+	m.leasesWatched = gauge("durable.cluster.leases.watched", "{lease}", "Other nodes' leases this node is timing for a takeover now.")
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	m.reg, err = mt.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		rt.observe(m, o)
 		return nil
-	}, m.queueLen, m.resident, m.openDBs, m.wsConns, m.rowsRead, m.rowsWritten)
+	}, m.queueLen, m.resident, m.openDBs, m.wsConns, m.rowsRead, m.rowsWritten,
+		m.shipped, m.records, m.recordBytes, m.pageBytes, m.snapshots, m.leasesHeld, m.leasesWatched)
 	return m, err
 }
 
-// observe reports the gauges and the row counters, per namespace.
+// observe reports the gauges and the row counters, per namespace, and cluster mode's counters.
 func (rt *Runtime) observe(m *instruments, o metric.Observer) {
+	if rt.repl != nil {
+		st := rt.ReplicationStats()
+		o.ObserveInt64(m.shipped, st.Commits)
+		o.ObserveInt64(m.records, st.Records)
+		o.ObserveInt64(m.recordBytes, st.RecordBytes)
+		o.ObserveInt64(m.pageBytes, st.PageBytes)
+		o.ObserveInt64(m.snapshots, st.Snapshots)
+		o.ObserveInt64(m.leasesHeld, st.HeldLeases)
+		o.ObserveInt64(m.leasesWatched, st.WatchedLeases)
+	}
 	conns := rt.ws.counts()
 	for _, ns := range rt.snapshotNamespaces() {
 		opts := ns.tel.obs

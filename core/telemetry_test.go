@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -546,4 +547,61 @@ func emptiedBox(t *testing.T) string {
 	require.Len(t, files, 1)
 	require.NoError(t, os.Truncate(files[0], 0))
 	return dir
+}
+
+// total is the sum of a counter's or a gauge's data points, whatever their attributes (0 if none).
+func (m *metrics) total(name string) int64 {
+	m.t.Helper()
+	var v int64
+	switch d := m.collect()[name].(type) {
+	case metricdata.Sum[int64]:
+		for _, p := range d.DataPoints {
+			v += p.Value
+		}
+	case metricdata.Gauge[int64]:
+		for _, p := range d.DataPoints {
+			v += p.Value
+		}
+	case nil:
+	default:
+		m.t.Fatalf("%s is a %T", name, d)
+	}
+	return v
+}
+
+// S-T2, S-CL1, S-CL4, S-CL7: in cluster mode the runtime exports what it shipped (commits, records,
+// their bytes before and after compression, snapshots) and its leases: those it holds, and those of
+// other nodes it is timing for a takeover.
+func TestMetrics_Cluster(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := coretest.NewMemCluster()
+		var m *metrics
+		n1 := openNode(t, c, "n1", func(o *core.Options) {
+			m = withMetrics(t, o)
+			o.Replication.SnapshotEvery = 5
+		})
+		n2 := openNode(t, c, "n2")
+		for i := range 8 {
+			require.NoError(t, n1.put("acct", "k"+strconv.Itoa(i), "v"))
+		}
+		require.NoError(t, n1.put("other", "k", "v"))
+		require.NoError(t, n2.put("theirs", "k", "v"))
+		_, err := n1.get("theirs", "k")
+		require.ErrorIs(t, err, core.ErrNotOwner)
+
+		st := n1.rt.ReplicationStats()
+		require.GreaterOrEqual(t, st.Commits, int64(9), "one commit per put at least")
+		require.Equal(t, st.Commits, m.total("durable.cluster.commits"))
+		require.Equal(t, st.Records, m.total("durable.cluster.records"))
+		require.GreaterOrEqual(t, m.total("durable.cluster.records"), m.total("durable.cluster.commits"))
+		require.Equal(t, st.RecordBytes, m.total("durable.cluster.record_bytes"))
+		require.Positive(t, m.total("durable.cluster.record_bytes"))
+		require.Greater(t, m.total("durable.cluster.page_bytes"), m.total("durable.cluster.record_bytes"), "pages are compressed")
+		require.GreaterOrEqual(t, m.total("durable.cluster.snapshots"), int64(1), "acct's log passed SnapshotEvery")
+		require.EqualValues(t, 2, m.total("durable.cluster.leases.held"), "acct and other")
+		require.EqualValues(t, 1, m.total("durable.cluster.leases.watched"), "theirs, held by n2")
+
+		require.NoError(t, n1.rt.Close())
+		require.NoError(t, n2.rt.Close())
+	})
 }
