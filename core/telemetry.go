@@ -108,6 +108,11 @@ func newInstruments(rt *Runtime, mt metric.Meter) (*instruments, error) {
 		errs = append(errs, err)
 		return g
 	}
+	total := func(name, unit, desc string) metric.Int64ObservableCounter {
+		c, err := mt.Int64ObservableCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return c
+	}
 	m.calls = counter("durable.calls", "{call}", "Turns asked for: calls, alarm runs and WebSocket deliveries, refused ones included.")
 	m.overloaded = counter("durable.overloaded", "{call}", "Calls refused with ErrOverloaded: the object's queue was full.")
 	m.evictions = counter("durable.evictions", "{object}", "Objects evicted from memory (idle, over MaxOpenObjects, or at shutdown).")
@@ -130,15 +135,8 @@ func newInstruments(rt *Runtime, mt metric.Meter) (*instruments, error) {
 	m.resident = gauge("durable.objects.resident", "{object}", "Objects in memory now.")
 	m.openDBs = gauge("durable.databases.open", "{database}", "Object databases open now.")
 	m.wsConns = gauge("durable.websocket.connections", "{connection}", "WebSocket connections open now.")
-	m.rowsRead, err = mt.Int64ObservableCounter("durable.rows.read", metric.WithUnit("{row}"), metric.WithDescription("Rows returned to objects' code by queries and KV reads."))
-	errs = append(errs, err)
-	m.rowsWritten, err = mt.Int64ObservableCounter("durable.rows.written", metric.WithUnit("{row}"), metric.WithDescription("Rows changed by objects' statements, KV writes and alarm changes."))
-	errs = append(errs, err)
-	total := func(name, unit, desc string) metric.Int64ObservableCounter {
-		c, err := mt.Int64ObservableCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
-		errs = append(errs, err)
-		return c
-	}
+	m.rowsRead = total("durable.rows.read", "{row}", "Rows returned to objects' code by queries and KV reads.")
+	m.rowsWritten = total("durable.rows.written", "{row}", "Rows changed by objects' statements, KV writes and alarm changes.")
 	m.shipped = total("durable.cluster.commits", "{commit}", "Commits shipped to the cluster's log (cluster mode).")
 	m.records = total("durable.cluster.records", "{record}", "Records appended for them (a commit over 1 MiB takes several).")
 	m.recordBytes = total("durable.cluster.record_bytes", "By", "Bytes of those records, as appended.")
