@@ -65,6 +65,13 @@ func TestServe_ClusterModeThreeNodes(t *testing.T) {
 	if code != http.StatusMisdirectedRequest || !strings.Contains(body, `owned by node \"n1\"`) {
 		t.Fatalf("n2 while n1 owns the session: %d %s; want 421 naming n1", code, body)
 	}
+	// The node's metrics count what it shipped and the lease it holds.
+	code, body = rawGet(t, nodes["n1"], "/metrics")
+	for _, want := range []string{"durable_cluster_commits_total", "durable_cluster_records_total", "durable_cluster_leases_held 1"} {
+		if code != http.StatusOK || !strings.Contains(body, want) {
+			t.Fatalf("n1's /metrics: %d, no %q in:\n%s", code, want, body)
+		}
+	}
 	if err := nodes["n1"].shutdown(); err != nil {
 		t.Fatalf("n1's shutdown: %v\n%s", err, nodes["n1"].out.String())
 	}
