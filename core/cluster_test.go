@@ -875,3 +875,33 @@ func TestClusterUnknownAppendThenAnotherWriter(t *testing.T) {
 		require.Equal(t, "another writer's record", string(recs[len(recs)-1]))
 	})
 }
+
+// S-CL7: the previous snapshot's blob is deleted by the next snapshot even when the node that
+// writes it caught its file up from the log rather than rebuilding it (an object evicted and
+// activated again): no blob is left that no record names.
+func TestClusterSnapshotAfterCatchUpDeletesPrevious(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := coretest.NewMemCluster()
+		n1 := openNode(t, c, "n1", func(o *core.Options) {
+			o.Replication.SnapshotEvery = 5
+			o.IdleTimeout = time.Second
+		})
+		defer n1.rt.Close()
+		for i := range 6 {
+			require.NoError(t, n1.put("acct", "k"+strconv.Itoa(i), "v"+strconv.Itoa(i)))
+		}
+		require.Len(t, c.Blobs(), 1, "a snapshot was written")
+		time.Sleep(3 * time.Second)
+		synctest.Wait()
+		require.Equal(t, int64(1), n1.rt.Stats().Evictions)
+		for i := 6; i < 20; i++ {
+			require.NoError(t, n1.put("acct", "k"+strconv.Itoa(i), "v"+strconv.Itoa(i)))
+		}
+		require.GreaterOrEqual(t, n1.rt.ReplicationStats().Snapshots, int64(2))
+		require.Len(t, c.Blobs(), 1, "the snapshot before the eviction is deleted by the one after")
+		require.NoError(t, n1.rt.Close())
+		n2 := openNode(t, c, "n2")
+		defer n2.rt.Close()
+		n2.requireNumbered(t, "acct", 20)
+	})
+}

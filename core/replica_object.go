@@ -751,6 +751,11 @@ func (o *object) snapshot() error {
 	cr := &countReader{r: io.TeeReader(f, h)}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*replOpTimeout)
 	defer cancel()
+	if rs.snapBlob == "" { // a file caught up from the log read no snapshot record: the log's first one names it
+		if rs.snapBlob, err = o.firstSnapshot(ctx); err != nil {
+			return fmt.Errorf("find the previous snapshot: %w", err)
+		}
+	}
 	if err := log.PutBlob(ctx, info.Blob, cr); err != nil {
 		return fmt.Errorf("store the snapshot: %w", err)
 	}
@@ -779,4 +784,22 @@ func (o *object) snapshot() error {
 	}
 	o.rt.repl.snapshots.Add(1)
 	return nil
+}
+
+// firstSnapshot returns the blob that the object's log's first record names if it is a snapshot
+// record, as it is once the records before the last snapshot are trimmed; "" otherwise.
+func (o *object) firstSnapshot(ctx context.Context) (string, error) {
+	var blob string
+	err := o.rt.repl.cfg.Log.Read(ctx, o.rs.key, 0, func(_ uint64, b []byte) error {
+		if r, err := decodeRecord(b); err == nil && r.kind == recSnapshot {
+			if info, err := decodeSnapshot(r.payload); err == nil {
+				blob = info.Blob
+			}
+		}
+		return errFirstRead
+	})
+	if errors.Is(err, errFirstRead) {
+		err = nil
+	}
+	return blob, err
 }
