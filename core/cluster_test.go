@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -903,5 +904,110 @@ func TestClusterSnapshotAfterCatchUpDeletesPrevious(t *testing.T) {
 		n2 := openNode(t, c, "n2")
 		defer n2.rt.Close()
 		n2.requireNumbered(t, "acct", 20)
+	})
+}
+
+// blindSnapshotLog is a node's log whose armed snapshot append lands but is reported unknown, and
+// whose reads of the log's head then fail until the test sees again: the outcome cannot be told.
+type blindSnapshotLog struct {
+	core.Log
+	mu           sync.Mutex
+	armed, blind bool
+}
+
+func (l *blindSnapshotLog) Append(ctx context.Context, key string, expect uint64, rec []byte) (uint64, error) {
+	seq, err := l.Log.Append(ctx, key, expect, rec)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil || !l.armed || rec[1] != 3 { // 3: a snapshot record
+		return seq, err
+	}
+	l.armed, l.blind = false, true
+	return 0, fmt.Errorf("%w: the acknowledgement was lost", core.ErrLogUnknown)
+}
+
+func (l *blindSnapshotLog) Last(ctx context.Context, key string) (uint64, []byte, error) {
+	l.mu.Lock()
+	blind := l.blind
+	l.mu.Unlock()
+	if blind {
+		return 0, nil, errors.New("the log's head could not be read")
+	}
+	return l.Log.Last(ctx, key)
+}
+
+func (l *blindSnapshotLog) set(armed, blind bool) {
+	l.mu.Lock()
+	l.armed, l.blind = armed, blind
+	l.mu.Unlock()
+}
+
+func (l *blindSnapshotLog) isArmed() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.armed
+}
+
+// snapshotBlind writes to object acct on n until its snapshot record is appended blind (blind
+// armed), and returns how many keys it wrote.
+func snapshotBlind(t *testing.T, n *node, blind *blindSnapshotLog) int {
+	t.Helper()
+	blind.set(true, false)
+	written := 0
+	for ; blind.isArmed(); written++ {
+		require.Less(t, written, 20, "a snapshot record is appended")
+		require.NoError(t, n.put("acct", "k"+strconv.Itoa(written), "v"+strconv.Itoa(written)))
+	}
+	time.Sleep(time.Second) // the snapshot's append gives up: its outcome is unknown
+	blind.set(false, false)
+	return written
+}
+
+func openBlindNode(t *testing.T, c *coretest.MemCluster) (*node, *blindSnapshotLog) {
+	var blind *blindSnapshotLog
+	n := openNode(t, c, "n1", func(o *core.Options) {
+		o.Replication.SnapshotEvery = 5
+		blind = &blindSnapshotLog{Log: o.Replication.Log}
+		o.Replication.Log = blind
+	})
+	return n, blind
+}
+
+// S-CL7, S-CL2: a snapshot record whose append outcome stays unknown may be in the log: its blob is
+// kept, so that a node taking the object over (its owner gone silent) rebuilds it from that record.
+func TestClusterSnapshotUnknownOutcomeKeepsBlob(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := coretest.NewMemCluster()
+		n1, blind := openBlindNode(t, c)
+		written := snapshotBlind(t, n1, blind)
+		n1.view.CutLog(true) // the owner goes silent
+		n1.view.CutLeases(true)
+
+		n2 := openNode(t, c, "n2")
+		defer n2.rt.Close()
+		time.Sleep(clusterTTL)
+		_, err := n2.get("acct", "k0")
+		require.ErrorIs(t, err, core.ErrNotOwner)
+		time.Sleep(clusterTTL)
+		n2.requireNumbered(t, "acct", written)
+	})
+}
+
+// S-CL7, S-CL2: after a snapshot record whose append outcome stayed unknown, the owner reads the
+// log again before its next commit, which is not refused as if another node had appended.
+func TestClusterSnapshotUnknownOutcomeNotFenced(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := coretest.NewMemCluster()
+		n1, blind := openBlindNode(t, c)
+		written := snapshotBlind(t, n1, blind)
+		require.NoError(t, n1.put("acct", "k"+strconv.Itoa(written), "v"+strconv.Itoa(written)),
+			"the owner is not fenced by its own snapshot record")
+		written++
+		n1.requireNumbered(t, "acct", written)
+		require.NoError(t, n1.rt.Close())
+
+		n2 := openNode(t, c, "n2")
+		defer n2.rt.Close()
+		n2.requireNumbered(t, "acct", written)
 	})
 }

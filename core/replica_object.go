@@ -767,6 +767,12 @@ func (o *object) snapshot() error {
 	copy(info.SHA256[:], h.Sum(nil))
 	r := record{kind: recSnapshot, epoch: rs.epoch, batch: newBatchID(), prev: rs.sum, payload: info.encode()}
 	seq, err := o.appendOne(rs.seq, r.encode())
+	if errors.Is(err, ErrCommitUnknown) {
+		// The record may be in: its blob stays (a node rebuilding from the log needs it), and the
+		// log is read again before the next commit, to learn where it is.
+		rs.synced = false
+		return err
+	}
 	if err != nil {
 		log.DeleteBlob(ctx, info.Blob)
 		return err
