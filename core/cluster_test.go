@@ -1011,3 +1011,54 @@ func TestClusterSnapshotUnknownOutcomeNotFenced(t *testing.T) {
 		n2.requireNumbered(t, "acct", written)
 	})
 }
+
+// lostAckLeases is a node's leases whose armed Put lands but reports an error: its acknowledgement
+// was lost.
+type lostAckLeases struct {
+	core.Leases
+	mu   sync.Mutex
+	lose int
+}
+
+func (l *lostAckLeases) Put(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
+	nrev, err := l.Leases.Put(ctx, key, value, rev)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err == nil && l.lose > 0 {
+		l.lose--
+		return 0, errors.New("lease put: the acknowledgement was lost")
+	}
+	return nrev, err
+}
+
+// S-CL4: a renewal whose acknowledgement was lost (the lease moved to a revision the node was not
+// told) does not cost the node its lease: it finds its own lease at that revision and goes on
+// renewing it, serving the object throughout, and other nodes are still refused.
+func TestClusterRenewalAckLost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := coretest.NewMemCluster()
+		var lost *lostAckLeases
+		n1 := openNode(t, c, "n1", func(o *core.Options) {
+			lost = &lostAckLeases{Leases: o.Replication.Leases}
+			o.Replication.Leases = lost
+		})
+		defer n1.rt.Close()
+		n2 := openNode(t, c, "n2")
+		defer n2.rt.Close()
+		require.NoError(t, n1.put("acct", "balance", "1"))
+		lost.mu.Lock()
+		lost.lose = 1
+		lost.mu.Unlock()
+		for i := range 8 {
+			time.Sleep(clusterTTL / 4)
+			v, err := n1.get("acct", "balance")
+			require.NoError(t, err, "after %d quarters of LeaseTTL", i+1)
+			require.Equal(t, "1", v)
+		}
+		_, err := n2.get("acct", "balance")
+		require.ErrorIs(t, err, core.ErrNotOwner)
+		time.Sleep(clusterTTL)
+		_, err = n2.get("acct", "balance")
+		require.ErrorIs(t, err, core.ErrNotOwner, "node 1 renews its lease")
+	})
+}

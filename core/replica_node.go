@@ -1,6 +1,7 @@
 package core
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -211,6 +212,15 @@ func (n *replicaNode) renew(rt *Runtime, l *lease) error {
 	ctx, cancel := replCtx()
 	defer cancel()
 	nrev, err := n.cfg.Leases.Put(ctx, l.key, value, rev)
+	if err != nil {
+		// A renewal whose acknowledgement was lost moved the lease to a revision this node was not
+		// told: if the lease holds this node's value at another revision, it is still this node's,
+		// renewed from there.
+		if grev, gval, gerr := n.cfg.Leases.Get(ctx, l.key); gerr == nil && grev != 0 && grev != rev && bytes.Equal(gval, value) {
+			start = rt.now()
+			nrev, err = n.cfg.Leases.Put(ctx, l.key, value, grev)
+		}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
