@@ -1062,3 +1062,33 @@ func TestClusterRenewalAckLost(t *testing.T) {
 		require.ErrorIs(t, err, core.ErrNotOwner, "node 1 renews its lease")
 	})
 }
+
+// S-CL7: the records an object's log holds since its last snapshot are counted across activations:
+// an object evicted and activated again, a few commits each time, is snapshotted once its log holds
+// SnapshotEvery records, and its log is trimmed.
+func TestClusterSnapshotCountsAcrossActivations(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := coretest.NewMemCluster()
+		n1 := openNode(t, c, "n1", func(o *core.Options) {
+			o.Replication.SnapshotEvery = 5
+			o.IdleTimeout = time.Second
+		})
+		defer n1.rt.Close()
+		written := 0
+		for round := range 5 {
+			for range 2 {
+				require.NoError(t, n1.put("acct", "k"+strconv.Itoa(written), "v"+strconv.Itoa(written)))
+				written++
+			}
+			time.Sleep(3 * time.Second)
+			synctest.Wait()
+			require.Equal(t, int64(round+1), n1.rt.Stats().Evictions)
+		}
+		require.GreaterOrEqual(t, n1.rt.ReplicationStats().Snapshots, int64(1))
+		require.LessOrEqual(t, len(c.Records("kv/acct")), 5+3, "the log is trimmed at its snapshots")
+		require.NoError(t, n1.rt.Close())
+		n2 := openNode(t, c, "n2")
+		defer n2.rt.Close()
+		n2.requireNumbered(t, "acct", written)
+	})
+}

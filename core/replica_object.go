@@ -146,7 +146,8 @@ func (o *object) indexLocal() {
 func (o *object) syncLog() (uint64, error) {
 	o.closeStore()
 	why := "no local file with a position in the log"
-	if st, prev, batch, ok := o.openLocal(); ok {
+	if st, prev, batch, recs, ok := o.openLocal(); ok {
+		o.rs.records = recs // the records since the last snapshot, as the file's last commit counted them
 		ep, at, st, err := o.replay(prev, &batch, st)
 		if err != nil || !at {
 			if st != nil {
@@ -170,29 +171,30 @@ func (o *object) syncLog() (uint64, error) {
 }
 
 // openLocal opens the local file and reads its position row: the sequence its last commit's record
-// was appended after, and that commit's batch id.
-func (o *object) openLocal() (st *store, prev uint64, batch batchID, ok bool) {
+// was appended after, that commit's batch id, and the records the log held before it since the
+// last snapshot.
+func (o *object) openLocal() (st *store, prev uint64, batch batchID, records int, ok bool) {
 	path := o.place.db
 	if _, err := os.Stat(path); err != nil {
 		removeLocal(path) // a WAL left without its database
-		return nil, 0, batch, false
+		return nil, 0, batch, 0, false
 	}
 	st, fresh, err := o.openDB()
 	if err != nil {
-		return nil, 0, batch, false
+		return nil, 0, batch, 0, false
 	}
-	var p sql.NullInt64
+	var p, n sql.NullInt64
 	var b []byte
 	if !fresh {
-		err = st.QueryOwn(`SELECT (SELECT v FROM main._durable_meta WHERE k = 'log_prev'), (SELECT v FROM main._durable_meta WHERE k = 'log_batch')`,
-			nil, func(r *sql.Rows) error { return r.Scan(&p, &b) })
+		err = st.QueryOwn(`SELECT (SELECT v FROM main._durable_meta WHERE k = 'log_prev'), (SELECT v FROM main._durable_meta WHERE k = 'log_batch'), (SELECT v FROM main._durable_meta WHERE k = 'log_records')`,
+			nil, func(r *sql.Rows) error { return r.Scan(&p, &b, &n) })
 	}
 	if fresh || err != nil || !p.Valid || len(b) != len(batch) {
 		st.Close()
-		return nil, 0, batch, false
+		return nil, 0, batch, 0, false
 	}
 	copy(batch[:], b)
-	return st, uint64(p.Int64), batch, true
+	return st, uint64(p.Int64), batch, int(n.Int64), true
 }
 
 // adopt makes st (or, if nil, the local file opened now, if there is one) the object's database.
@@ -279,6 +281,7 @@ func (o *object) replay(after uint64, want *batchID, st *store) (lastEpoch uint6
 		nextPart  uint32
 		data      = want != nil // the target holds a database
 		records   int
+		snapped   bool // a snapshot record was read: records counts from it
 		blob      = rs.snapBlob
 		pages     = pageCache{open: open}
 		raw       bytes.Buffer
@@ -309,7 +312,7 @@ func (o *object) replay(after uint64, want *batchID, st *store) (lastEpoch uint6
 			parts = nil // a commit left in parts by a writer that stopped: never complete
 		case recSnapshot:
 			parts = nil
-			records = 0
+			records, snapped = 0, true
 			info, err := decodeSnapshot(r.payload)
 			if err != nil {
 				return fmt.Errorf("record %d: %w", s, err)
@@ -390,7 +393,7 @@ func (o *object) replay(after uint64, want *batchID, st *store) (lastEpoch uint6
 	if seq == 0 {
 		rs.sum = 0
 	}
-	if want == nil {
+	if want == nil || snapped {
 		rs.records = records
 	} else {
 		rs.records += records
@@ -548,7 +551,8 @@ func (rs *replState) servable() error {
 
 // beforeCommit runs before the batch's local COMMIT: the lease must be valid, and a batch that wrote
 // records its position in the log (the sequence its record follows, its batch id), so that a
-// restart can tell a file at a record from one ahead of the log.
+// restart can tell a file at a record from one ahead of the log, and the records since the last
+// snapshot, so that a file caught up from the log goes on counting them.
 func (o *object) beforeCommit(b *batch) error {
 	rs := o.rs
 	if err := rs.servable(); err != nil {
@@ -561,7 +565,8 @@ func (o *object) beforeCommit(b *batch) error {
 		return nil
 	}
 	rs.pending = newBatchID()
-	return o.store.ExecOwn(`REPLACE INTO main._durable_meta(k, v) VALUES ('log_prev', ?), ('log_batch', ?)`, int64(rs.seq), rs.pending[:])
+	return o.store.ExecOwn(`REPLACE INTO main._durable_meta(k, v) VALUES ('log_prev', ?), ('log_batch', ?), ('log_records', ?)`,
+		int64(rs.seq), rs.pending[:], rs.records)
 }
 
 // ship appends what the local COMMIT wrote to the object's log, as one commit's records, before the
