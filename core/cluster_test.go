@@ -1092,3 +1092,56 @@ func TestClusterSnapshotCountsAcrossActivations(t *testing.T) {
 		n2.requireNumbered(t, "acct", written)
 	})
 }
+
+// slowLeases is a node's leases whose every Put takes delay, as a round trip to a quorum does.
+type slowLeases struct {
+	core.Leases
+	mu    sync.Mutex
+	delay time.Duration
+}
+
+func (l *slowLeases) Put(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
+	l.mu.Lock()
+	d := l.delay
+	l.mu.Unlock()
+	time.Sleep(d)
+	return l.Leases.Put(ctx, key, value, rev)
+}
+
+// S-CL4: a node keeps the leases of all its resident objects, idle ones included, though each
+// renewal takes a round trip: renewing them one after the other would take longer than LeaseTTL,
+// and another node would take them over from a node that is up.
+func TestClusterRenewsManyLeases(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := coretest.NewMemCluster()
+		var slow *slowLeases
+		n1 := openNode(t, c, "n1", func(o *core.Options) {
+			slow = &slowLeases{Leases: o.Replication.Leases}
+			o.Replication.Leases = slow
+			o.IdleTimeout = time.Minute // resident throughout
+		})
+		defer n1.rt.Close()
+		n2 := openNode(t, c, "n2")
+		defer n2.rt.Close()
+		defer func() { // before the nodes close: no renewal under way holds a lease that Close hands back
+			slow.mu.Lock()
+			slow.delay = 0
+			slow.mu.Unlock()
+			time.Sleep(time.Second)
+		}()
+		const objects = 60
+		for i := range objects {
+			require.NoError(t, n1.put("o"+strconv.Itoa(i), "k", "v"))
+		}
+		slow.mu.Lock()
+		slow.delay = 100 * time.Millisecond // 60 renewals in a row: 6 s, more than LeaseTTL
+		slow.mu.Unlock()
+		for q := range 12 {
+			time.Sleep(clusterTTL / 4)
+			for i := range objects {
+				_, err := n2.get("o"+strconv.Itoa(i), "k")
+				require.ErrorIs(t, err, core.ErrNotOwner, "object %d after %d quarters of LeaseTTL", i, q+1)
+			}
+		}
+	})
+}

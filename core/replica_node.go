@@ -161,12 +161,32 @@ func (n *replicaNode) renewer(rt *Runtime) {
 			}
 		}
 		n.mu.Unlock()
-		for _, l := range ls {
-			if err := n.renew(rt, l); err != nil && !errors.Is(err, ErrFenced) {
-				rt.log.Warn("a lease could not be renewed", "event", "lease_renew_failed", "key", l.key, "error", err)
-			}
-		}
+		n.renewAll(rt, ls)
 	}
+}
+
+// renewWorkers bounds the renewals under way at once. Each takes a round trip to the leases: one
+// after the other, those of many resident objects would take longer than LeaseTTL.
+const renewWorkers = 32
+
+// renewAll renews ls, renewWorkers at a time, and returns once every renewal has returned.
+func (n *replicaNode) renewAll(rt *Runtime, ls []*lease) {
+	work := make(chan *lease)
+	var wg sync.WaitGroup
+	for range min(len(ls), renewWorkers) {
+		wg.Go(func() {
+			for l := range work {
+				if err := n.renew(rt, l); err != nil && !errors.Is(err, ErrFenced) {
+					rt.log.Warn("a lease could not be renewed", "event", "lease_renew_failed", "key", l.key, "error", err)
+				}
+			}
+		})
+	}
+	for _, l := range ls {
+		work <- l
+	}
+	close(work)
+	wg.Wait()
 }
 
 // close stops the renewer and hands back the leases still held (objects that could not be closed).
