@@ -225,14 +225,18 @@ func (e *Engine) where(key string) (stream, subject, barrier string, err error) 
 	return e.streamName(shard), base + "k." + enc, base + "=sync", nil
 }
 
+// maxKey bounds a key: the runtime's keys are a namespace (at most 64 bytes), '/' and an object
+// name (at most core.MaxNameLen bytes).
+const maxKey = 64 + 1 + core.MaxNameLen
+
 // encodeKey maps any non-empty key to a subject token and key-value key, one to one: letters,
 // digits, '_' and '-' stay, every other byte becomes '=' and two hex digits.
 func encodeKey(key string) (string, error) {
 	if key == "" {
 		return "", errors.New("cluster: empty key")
 	}
-	if len(key) > 1024 {
-		return "", fmt.Errorf("cluster: key of %d bytes: at most 1024", len(key))
+	if len(key) > maxKey {
+		return "", fmt.Errorf("cluster: key of %d bytes: at most %d", len(key), maxKey)
 	}
 	var b strings.Builder
 	for i := 0; i < len(key); i++ {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -192,7 +193,7 @@ func TestEngine_BadInput(t *testing.T) {
 	c := startCluster(t, 1)
 	e := c.engine(t, 0, cluster.Config{})
 	ctx := t.Context()
-	for _, key := range []string{"", string(make([]byte, 1025))} {
+	for _, key := range []string{"", string(make([]byte, 64+1+core.MaxNameLen+1))} {
 		if _, err := e.Append(ctx, key, 0, []byte("x")); err == nil || errors.Is(err, core.ErrLogConflict) || errors.Is(err, core.ErrLogUnknown) {
 			t.Errorf("Append to a key of %d bytes: %v; want a plain error", len(key), err)
 		}
@@ -230,5 +231,43 @@ func TestEngine_BadInput(t *testing.T) {
 	nc.Close()
 	if _, err := e2.Append(ctx, "counters/closed", 0, []byte("x")); !errors.Is(err, core.ErrLogUnknown) {
 		t.Fatalf("Append over a closed connection: %v; want ErrLogUnknown", err)
+	}
+}
+
+// S-X1, S-X4: every key the runtime makes (a namespace of up to 64 bytes, '/', an object name of up
+// to core.MaxNameLen bytes, each byte of it maybe escaped in the subject) is a key of the log and
+// of the leases, and names its snapshots' blobs.
+func TestEngine_LongestRuntimeKey(t *testing.T) {
+	c := startCluster(t, 1)
+	e := c.engine(t, 0, cluster.Config{})
+	ctx := t.Context()
+	ns := strings.Repeat("n", 64)
+	for _, name := range []string{strings.Repeat("a", core.MaxNameLen), strings.Repeat("é", core.MaxNameLen/2)} {
+		key := ns + "/" + name
+		seq, err := e.Append(ctx, key, 0, []byte("x"))
+		if err != nil {
+			t.Fatalf("Append to a key of %d bytes: %v", len(key), err)
+		}
+		if last, rec, err := e.Last(ctx, key); err != nil || last != seq || string(rec) != "x" {
+			t.Fatalf("Last of a key of %d bytes: %d, %q, %v; want %d", len(key), last, rec, err, seq)
+		}
+		rev, err := e.Put(ctx, key, []byte("n1"), 0)
+		if err != nil {
+			t.Fatalf("Put to a key of %d bytes: %v", len(key), err)
+		}
+		if got, v, err := e.Get(ctx, key); err != nil || got != rev || string(v) != "n1" {
+			t.Fatalf("Get of a key of %d bytes: %d, %q, %v; want %d", len(key), got, v, err, rev)
+		}
+		if err := e.Delete(ctx, key, rev); err != nil {
+			t.Fatalf("Delete of a key of %d bytes: %v", len(key), err)
+		}
+		blob := key + "/snapshot-0123456789abcdef" // as the runtime names a snapshot
+		if err := e.PutBlob(ctx, blob, strings.NewReader("db")); err != nil {
+			t.Fatalf("PutBlob of a name of %d bytes: %v", len(blob), err)
+		}
+		var got strings.Builder
+		if err := e.GetBlob(ctx, blob, &got); err != nil || got.String() != "db" {
+			t.Fatalf("GetBlob of a name of %d bytes: %q, %v", len(blob), got.String(), err)
+		}
 	}
 }
