@@ -1145,3 +1145,45 @@ func TestClusterRenewsManyLeases(t *testing.T) {
 		}
 	})
 }
+
+// S-CL4: a Shutdown that gives up on a turn that does not end still hands back the leases of the
+// objects nothing is using: other nodes take those at once, while the busy one stays its node's
+// until that turn ends.
+func TestClusterAbandonedShutdownHandsIdleLeasesBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := coretest.NewMemCluster()
+		n1 := openNode(t, c, "n1")
+		n2 := openNode(t, c, "n2")
+		defer n2.rt.Close()
+		require.NoError(t, n1.put("idle", "k", "v"))
+		require.NoError(t, n1.put("busy", "k", "v"))
+		stub, err := n1.ns.Get("busy")
+		require.NoError(t, err)
+		release, hung := make(chan struct{}), make(chan error, 1)
+		go func() {
+			hung <- core.Do(context.Background(), stub, func(ctx context.Context, st *core.State) error {
+				<-release // a turn that does not end by itself
+				return st.Storage().Put(ctx, "k", []byte("late"))
+			})
+		}()
+		synctest.Wait()
+
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		err = n1.rt.Shutdown(ctx)
+		require.ErrorIs(t, err, context.DeadlineExceeded, "the busy object's turn is still running")
+		synctest.Wait() // the idle object's close, which Shutdown started
+		v, err := n2.get("idle", "k")
+		require.NoError(t, err, "the idle object's lease was handed back")
+		require.Equal(t, "v", v)
+		_, err = n2.get("busy", "k")
+		require.ErrorIs(t, err, core.ErrNotOwner, "the busy object stays n1's while its turn runs")
+
+		close(release)
+		require.NoError(t, <-hung)
+		require.NoError(t, n1.rt.Close())
+		v, err = n2.get("busy", "k")
+		require.NoError(t, err)
+		require.Equal(t, "late", v)
+	})
+}

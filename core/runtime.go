@@ -276,7 +276,9 @@ const CloseTimeout = 30 * time.Second
 //
 // If ctx ends first, Shutdown returns an error that wraps ctx's error and names what it abandoned
 // (turns still running, databases still closing); the runtime stays closed to new work, what was
-// abandoned keeps its resources, and a later Shutdown or Close goes on from there.
+// abandoned keeps its resources, and a later Shutdown or Close goes on from there. In cluster mode
+// the objects that nothing is using are closed then all the same, and their leases handed back,
+// as Shutdown returns.
 func (rt *Runtime) Shutdown(ctx context.Context) error {
 	rt.mu.Lock()
 	if !rt.isClosed.Swap(true) {
@@ -290,11 +292,25 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	<-rt.done
+	evictIdle := func() {
+		for _, ns := range rt.snapshotNamespaces() {
+			for _, o := range ns.snapshot() {
+				if o.tryEvict() {
+					o.evict("shutdown")
+				}
+			}
+		}
+	}
 	waitCalls := func() error {
 		for rt.calls.Load() > 0 {
 			select {
 			case <-rt.drained:
 			case <-ctx.Done():
+				if rt.repl != nil {
+					// Cluster mode: the objects nothing is using go now, and their leases back,
+					// so that other nodes need not wait for a process that may never finish.
+					evictIdle()
+				}
 				return fmt.Errorf("core: shutdown: %w; abandoned: %s", ctx.Err(), strings.Join(rt.busy(), ", "))
 			}
 		}
@@ -310,13 +326,7 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 		return err
 	}
 	errs = append(errs, rt.ws.close()) // 1001 to every WebSocket client (SEMANTICS R8)
-	for _, ns := range rt.snapshotNamespaces() {
-		for _, o := range ns.snapshot() {
-			if o.tryEvict() {
-				o.evict("shutdown")
-			}
-		}
-	}
+	evictIdle()
 	if err := waitCalls(); err != nil {
 		return err
 	}
