@@ -8,6 +8,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"time"
+
+	"github.com/durable-go/durable/core/internal/telemetry"
 )
 
 // Alarmer is implemented by objects that receive their alarm. The runtime calls Alarm as a turn of
@@ -203,7 +205,7 @@ func (o *object) deliver(t *turn, run *alarmRun, row timerRow) error {
 	run.isAlarm, run.setDuring = row.owner == "" && row.key == "", nil
 	row.running = false
 	now := o.rt.now()
-	o.rt.tel.alarmFired(o, now.Sub(time.Unix(0, row.at)))
+	o.alarmFired(now.Sub(time.Unix(0, row.at)))
 	info := AlarmInfo{RetryCount: row.retry, IsRetry: row.retry > 0, MaxRetries: policy.MaxRetries, Scheduled: time.Unix(0, row.first)}
 	herr := o.invoke(t, func(ctx context.Context, inst any) error {
 		if row.cron != "" && row.retry == 0 && row.missed == MissedSkip {
@@ -283,4 +285,16 @@ func (t *turn) finishTimer(row timerRow, now time.Time, marked bool) error {
 		return err
 	}
 	return t.putTimer(row.with(next.UnixNano()))
+}
+
+// alarmRetried records, once the retry is durable, that a failed run will run again.
+func (o *object) alarmRetried(t *turn, row timerRow, at time.Time, cause error) {
+	t.emit(effect{fn: func(committed bool) {
+		if !committed {
+			return
+		}
+		o.ns.count(telemetry.AlarmRetried)
+		o.rt.log.Warn("an alarm run failed; it runs again", "event", "alarm_retry", "namespace", o.ns.name, "name", o.place.name,
+			"path", row.owner, "key", row.key, "retry", row.retry+1, "at", at, "error", cause)
+	}})
 }

@@ -163,6 +163,15 @@ func (o *object) openDB() (*store, bool, error) {
 	return st, fresh, err
 }
 
+// damaged records an object database refused as damaged.
+func (o *object) damaged(err error) {
+	var de *DamagedError
+	if errors.As(err, &de) {
+		o.rt.log.Error("an object's database is damaged: the object refuses calls until restored", "event", "damaged",
+			"namespace", o.ns.name, "name", o.place.name, "file", de.Path, "reason", de.Reason)
+	}
+}
+
 func (o *object) openChecked() (*store, bool, error) {
 	path := o.place.db
 	fi, err := os.Stat(path)
@@ -333,7 +342,7 @@ func (rt *Runtime) holdObject(ctx context.Context, op, namespace, name string, f
 					o.store.Close()
 					o.store = nil
 					o.hasStore.Store(false)
-					rt.stats.openDBs.Add(-1)
+					rt.counts.Closed(o.ns.stat)
 				}
 				o.inst, o.built = nil, false
 				ns.waitClosed(o.id)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/durable-go/durable/core/internal/alarmindex"
+	"github.com/durable-go/durable/core/internal/telemetry"
 )
 
 // DeadLetter records an alarm that failed on every run its RetryPolicy allowed. The original
@@ -145,7 +146,7 @@ func (o *object) dropTimer(t *turn, row timerRow, cause error, now time.Time, ma
 	}
 	t.emit(effect{fn: func(committed bool) {
 		if committed {
-			o.deadLettered()
+			o.ns.count(telemetry.AlarmDeadLettered) // the record is OnAlarmDropped's
 			o.rt.hook("OnAlarmDropped", func() { o.rt.opts.OnAlarmDropped(dl) })
 		}
 	}})

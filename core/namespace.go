@@ -11,6 +11,8 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+
+	"github.com/durable-go/durable/core/internal/telemetry"
 )
 
 // A Namespace is a class of objects sharing one constructor, like a Durable Object class. Get
@@ -28,7 +30,7 @@ type namespace struct {
 	parent         *namespace // parent and kind are set for a facet kind (facet.go)
 	kind           string
 
-	tel *nsTel // its measurements' attributes (nil: metrics are off)
+	stat *telemetry.Namespace // its counts and its measurements' attributes
 
 	mu         sync.Mutex               // protects objects, closing and the gone counts
 	objects    map[string]*object       // resident objects by name
@@ -74,7 +76,7 @@ func newNamespace[T any](rt *Runtime, name string, ctor func(context.Context, *S
 	var zero T
 	_, alarms := any(zero).(Alarmer)
 	_, timers := any(zero).(TimerHandler)
-	return &namespace{rt: rt, name: name, alarms: alarms, timers: timers, tel: rt.tel.namespaceTel(name),
+	return &namespace{rt: rt, name: name, alarms: alarms, timers: timers, stat: rt.tel.Namespace(name),
 		ctor:    func(ctx context.Context, st *State) (any, error) { return ctor(ctx, st) },
 		objects: make(map[string]*object), closing: make(map[string]chan struct{})}
 }
@@ -225,10 +227,31 @@ func (ns *namespace) object(name, id string, place placement) *object {
 	}
 	o := newObject(ns, name, id, place)
 	ns.objects[name] = o
-	if ns.rt.stats.resident.Add(1) == 1 {
+	if ns.rt.counts.Activated(ns.stat) == 1 {
 		signal(ns.rt.wake)
 	}
 	return o
+}
+
+// sample is what the metrics read of the namespace at a collection, beside its counts: conns is
+// its open WebSocket connections.
+func (ns *namespace) sample(conns int) telemetry.Sample {
+	ns.mu.Lock()
+	objs := make([]*object, 0, len(ns.objects))
+	reads, writes := ns.goneReads, ns.goneWrites
+	for _, ob := range ns.objects {
+		objs = append(objs, ob)
+		reads += ob.reads.Load()
+		writes += ob.writes.Load()
+	}
+	ns.mu.Unlock()
+	qlen := 0
+	for _, ob := range objs {
+		ob.mu.Lock()
+		qlen += ob.qlen
+		ob.mu.Unlock()
+	}
+	return telemetry.Sample{Queued: int64(qlen), RowsRead: reads, RowsWritten: writes, Conns: int64(conns)}
 }
 
 // remove forgets an evicted object and marks its database as closing.
@@ -237,7 +260,7 @@ func (ns *namespace) remove(o *object) chan struct{} {
 	defer ns.mu.Unlock()
 	if ns.objects[o.name] == o {
 		delete(ns.objects, o.name)
-		ns.rt.stats.resident.Add(-1)
+		ns.rt.counts.Deactivated(ns.stat)
 		ns.goneReads += o.reads.Load()
 		ns.goneWrites += o.writes.Load()
 	}

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/durable-go/durable/core/internal/telemetry"
 )
 
 // errEvicted tells a caller that the object it found was evicted before it could queue; the caller
@@ -250,7 +252,7 @@ func (o *object) serve(w *waiter) {
 // runFor runs one turn for its caller and returns the next one to run, if any.
 func (o *object) runFor(w *waiter) (next *waiter) {
 	t := w.t
-	o.rt.tel.held(t, nil)
+	o.rt.tel.Held(t.Context, nil, false)
 	exited := true
 	defer func() {
 		if exited {
@@ -389,9 +391,9 @@ func (o *object) detach() chan struct{} {
 	ch := o.ns.remove(o)
 	if o.store != nil {
 		o.hasStore.Store(false)
-		o.rt.stats.openDBs.Add(-1)
+		o.rt.counts.Closed(o.ns.stat)
 	}
-	o.rt.stats.evictions.Add(1)
+	o.rt.counts.Evicted(o.ns.stat)
 	return ch
 }
 
@@ -423,3 +425,27 @@ func (o *object) evict(reason string) {
 		}
 	})
 }
+
+// logEviction records an eviction (counted by detach).
+func (o *object) logEviction(reason string) {
+	o.rt.log.Debug("object evicted", "event", "evicted", "namespace", o.ns.name, "name", o.place.name, "reason", reason)
+}
+
+// refused handles a call the gate refused: full queue or a deadlock.
+func (o *object) refused(err error) error {
+	switch {
+	case errors.Is(err, ErrOverloaded):
+		o.ns.count(telemetry.Overloaded)
+	case errors.Is(err, ErrDeadlock):
+		o.rt.log.Warn("a call that could never run was refused", "event", "deadlock_refused",
+			"namespace", o.ns.name, "name", o.place.name, "error", err)
+	}
+	return err
+}
+
+// alarmFired counts a due timer's run and how late it is, by the runtime's clock.
+func (o *object) alarmFired(late time.Duration) { o.rt.tel.AlarmFired(o.ns.stat, late) }
+
+// count counts an event of an object of ns's (a call refused, an alarm retried or given up, a
+// WebSocket message in or out, a slow client cut off) in the namespace's metrics.
+func (ns *namespace) count(e telemetry.Event) { ns.rt.tel.Count(ns.stat, e) }

@@ -215,7 +215,7 @@ func (o *object) adopt(st *store) error {
 	}
 	o.store, o.fresh = st, fresh
 	o.hasStore.Store(true)
-	o.rt.stats.openDBs.Add(1)
+	o.rt.counts.Opened(o.ns.stat)
 	o.rt.shed()
 	return nil
 }
@@ -713,7 +713,7 @@ func (o *object) closeStore() {
 		o.store.Close()
 		o.store = nil
 		o.hasStore.Store(false)
-		o.rt.stats.openDBs.Add(-1)
+		o.rt.counts.Closed(o.ns.stat)
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/durable-go/durable/core/internal/sqlstore"
+	"github.com/durable-go/durable/core/internal/telemetry"
 )
 
 // Options configure a Runtime. The zero value is ready to use: a private temporary directory,
@@ -143,7 +144,8 @@ type Runtime struct {
 	dir    string
 	ownDir bool
 	log    *slog.Logger
-	tel    *telemetry // nil: metrics and traces are off
+	tel    *telemetryHooks  // nil: metrics and traces are off (seams.go)
+	counts telemetry.Counts // the runtime's counters, read by Stats and by the metrics
 
 	mu         sync.RWMutex // protects namespaces and facets; taken to set isClosed
 	namespaces map[string]*namespace
@@ -160,7 +162,6 @@ type Runtime struct {
 	done     chan struct{} // closed when the janitor has returned
 	wake     chan struct{} // an object became resident: the janitor has work
 	isClosed atomic.Bool
-	stats    runtimeStats
 	clock    atomic.Int64 // the coarse runtime clock, unix ns, updated by the janitor
 	uses     atomic.Int64 // a sequence stamped on objects as they go idle, for LRU
 	closing  sync.Map     // *object -> time.Time: evicted databases being closed
@@ -171,10 +172,6 @@ type Runtime struct {
 	ws       wsHub                  // the WebSocket connections
 	lock     *dirLock               // the data directory's OS lock, held until Shutdown ends
 	repl     *replicaNode           // cluster mode; nil in the single-process runtime
-}
-
-type runtimeStats struct {
-	turns, commits, constructs, evictions, resident, openDBs atomic.Int64
 }
 
 // Stats are counters over the runtime's life, for tests, benchmarks and monitoring.
@@ -208,7 +205,7 @@ func Open(opts Options) (*Runtime, error) {
 	}
 	rt.base, rt.cancel = context.WithCancel(context.Background())
 	var err error
-	if rt.tel, err = newTelemetry(rt, opts.Meter, opts.Tracer); err != nil {
+	if rt.tel, err = telemetry.New(opts.Meter, opts.Tracer, rt.telemetrySource()); err != nil {
 		return nil, fmt.Errorf("core: open: telemetry: %w", err)
 	}
 	if rt.ownDir = opts.Dir == ""; rt.ownDir {
@@ -254,14 +251,28 @@ func (rt *Runtime) Dir() string { return rt.dir }
 
 // Stats returns a snapshot of the runtime's counters.
 func (rt *Runtime) Stats() Stats {
-	return Stats{
-		Turns:      rt.stats.turns.Load(),
-		Commits:    rt.stats.commits.Load(),
-		Constructs: rt.stats.constructs.Load(),
-		Evictions:  rt.stats.evictions.Load(),
-		Resident:   rt.stats.resident.Load(),
-		OpenDBs:    rt.stats.openDBs.Load(),
-		Alarms:     int64(rt.sched.pending()),
+	c := rt.counts.Totals()
+	return Stats{Turns: c.Turns, Commits: c.Commits, Constructs: c.Constructs, Evictions: c.Evictions,
+		Resident: c.Resident, OpenDBs: c.OpenDBs, Alarms: int64(rt.sched.pending())}
+}
+
+// telemetrySource is what the metrics read of the runtime at each collection.
+func (rt *Runtime) telemetrySource() telemetry.Source {
+	return telemetry.Source{
+		Namespaces: func(yield func(*telemetry.Namespace, telemetry.Sample)) {
+			conns := rt.ws.counts()
+			for _, ns := range rt.snapshotNamespaces() {
+				yield(ns.stat, ns.sample(conns[ns]))
+			}
+		},
+		Cluster: func() (telemetry.Cluster, bool) {
+			if rt.repl == nil {
+				return telemetry.Cluster{}, false
+			}
+			st := rt.ReplicationStats()
+			return telemetry.Cluster{Commits: st.Commits, Records: st.Records, RecordBytes: st.RecordBytes, PageBytes: st.PageBytes,
+				Snapshots: st.Snapshots, HeldLeases: st.HeldLeases, WatchedLeases: st.WatchedLeases}, true
+		},
 	}
 }
 
@@ -338,7 +349,7 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 		errs = append(errs, os.RemoveAll(rt.dir))
 	}
 	errs = append(errs, rt.lock.unlock()) // the directory is free for the next runtime
-	rt.tel.close()
+	rt.tel.Close()
 	rt.shutDone = true
 	return errors.Join(errs...)
 }
@@ -429,7 +440,7 @@ func (rt *Runtime) janitor() {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		if rt.stats.resident.Load() == 0 {
+		if rt.counts.Resident() == 0 {
 			t.Stop()
 			select {
 			case <-rt.stop:
@@ -477,11 +488,11 @@ func (rt *Runtime) evictIdle(now time.Time) {
 // many activations, not by each. The databases close in the background (evict). One caller sheds
 // at a time; the others go on, as the one shedding evicts for them too.
 func (rt *Runtime) shed() {
-	if rt.stats.openDBs.Load() <= int64(rt.opts.MaxOpenObjects) || !rt.shedding.TryLock() {
+	if rt.counts.OpenDBs() <= int64(rt.opts.MaxOpenObjects) || !rt.shedding.TryLock() {
 		return
 	}
 	defer rt.shedding.Unlock()
-	over := rt.stats.openDBs.Load() - int64(rt.shedTarget())
+	over := rt.counts.OpenDBs() - int64(rt.shedTarget())
 	if over <= 0 {
 		return
 	}

@@ -12,6 +12,9 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/durable-go/durable/core/internal/telemetry"
 	"github.com/durable-go/durable/core/internal/wsconn"
 )
 
@@ -213,7 +216,7 @@ func release(effects []effect, committed bool) {
 			}
 		case e.kind == effSend:
 			if e.ws.c.Enqueue(wsconn.Frame(e.msg)) {
-				e.ws.rt.tel.sent(e.ws.ns)
+				e.ws.rt.tel.Count(e.ws.ns.stat, telemetry.MessageOut)
 			}
 		case e.kind == effClose:
 			e.ws.c.StartClose(e.end)
@@ -270,35 +273,58 @@ func (o *object) run(ctx context.Context, fn func(context.Context, any) error) e
 // runtime.Goexit, its goroutine exits here, as it would have had the turn run on it.
 func (o *object) runTurn(t *turn, code turnCode, reentry bool, body func(*turn) error) (err error) {
 	tel := o.rt.tel
-	tel.begin(t)
+	t.Context = tel.Begin(t.Context, o.ns.stat, o.place.name)
 	w, err := o.acquire(t, code, reentry)
 	if err != nil {
-		tel.held(t, err)
-		return o.refused(t, err)
+		tel.Held(t.Context, err, err == errEvicted)
+		return o.refused(err)
 	}
 	if w != nil { // a runner ran the turn (and measured its wait for the gate)
 		err, b, exited := w.err, w.b, w.exited
 		o.recycle(w)
-		commit := tel.commitWait(t)
+		commit := tel.CommitWait(t.Context)
 		if werr := b.wait(); err == nil {
 			err = werr
 		}
-		tel.done(t, commit, err)
+		tel.Done(t.Context, commit, err)
 		if exited {
 			runtime.Goexit()
 		}
 		return err
 	}
-	tel.held(t, nil)
+	tel.Held(t.Context, nil, false)
 	defer func() {
-		commit := tel.commitWait(t)
+		commit := tel.CommitWait(t.Context)
 		if werr := t.end(); err == nil {
 			err = werr
 		}
-		tel.done(t, commit, err)
+		tel.Done(t.Context, commit, err)
 	}()
 	return o.runHeld(t, code, reentry, body)
 }
+
+// postTurn queues code as the turn t of o without waiting for it (a WebSocket message's delivery):
+// then gets its outcome once its writes are durable, and calls t.posted.
+func (o *object) postTurn(t *turn, code turnCode, then func(error)) error {
+	t.Context = o.rt.tel.Begin(t.Context, o.ns.stat, o.place.name)
+	err := o.post(t, code, then)
+	if err != nil {
+		o.rt.tel.Held(t.Context, err, err == errEvicted)
+	}
+	return err
+}
+
+// posted ends the measurements of a turn that postTurn queued, once its outcome is known.
+func (t *turn) posted(err error) { t.o.rt.tel.Done(t.Context, nil, err) }
+
+// eventSpan starts the span of an event the runtime delivers on its own (an alarm run, a WebSocket
+// message) to the object obj of ns; the span of the turn that runs it is its child. eventEnd ends
+// it.
+func (rt *Runtime) eventSpan(ctx context.Context, name string, ns *namespace, obj string) (context.Context, trace.Span) {
+	return rt.tel.EventSpan(ctx, name, ns.stat, obj)
+}
+
+func eventEnd(sp trace.Span, err error) { telemetry.End(sp, err) }
 
 // runHeld runs the turn t, which holds the gate: body, or else code. alarm tells a run of timers,
 // whose failing constructor retries or dead-letters the due timers.
@@ -341,7 +367,7 @@ func (t *turn) finish() *batch {
 
 // construct runs the constructor as the object's first segment.
 func (o *object) construct(t *turn) error {
-	o.rt.stats.constructs.Add(1)
+	o.rt.counts.Construct()
 	var inst any
 	err := o.invoke(t, func(ctx context.Context, _ any) error {
 		var err error
@@ -363,9 +389,9 @@ var errGoexit = errors.New("core: the turn's goroutine exited (runtime.Goexit) b
 // again for the next event, from what is durable.
 func (o *object) invoke(t *turn, fn func(context.Context, any) error) (err error) {
 	t.flags.Or(turnLive)
-	o.rt.stats.turns.Add(1)
+	o.rt.counts.Turn()
 	o.rt.running.Add(1)
-	o.rt.tel.segmentStart(t)
+	o.rt.tel.SegmentStart(t.Context)
 	normal := false
 	defer func() {
 		o.rt.running.Add(-1)
@@ -387,7 +413,7 @@ func (o *object) invoke(t *turn, fn func(context.Context, any) error) (err error
 		if serr := t.endSegment(err != nil); serr != nil && err == nil {
 			err = serr
 		}
-		o.rt.tel.segmentEnd(t, err)
+		o.rt.tel.SegmentEnd(t.Context, err)
 	}()
 	if err = fn(t, o.inst); err != nil {
 		err = &RemoteError{Err: err}
@@ -420,7 +446,7 @@ func (t *turn) db() (*store, error) {
 		}
 		o.store, o.fresh = st, fresh
 		o.hasStore.Store(true)
-		o.rt.stats.openDBs.Add(1)
+		o.rt.counts.Opened(o.ns.stat)
 		o.rt.shed()
 	}
 	st := o.store
@@ -554,7 +580,7 @@ func (o *object) leave() *batch {
 // (so a crash can leave an early index entry, never a missing one) and the scheduler after it.
 func (o *object) commit() error {
 	b := o.batch
-	start := o.rt.tel.commitStart()
+	start := o.rt.tel.CommitStart()
 	var next alarmChange
 	var err error
 	if b.timers {
@@ -579,8 +605,8 @@ func (o *object) commit() error {
 		return b.finish(o.poison(err))
 	}
 	if b.dirty {
-		o.rt.stats.commits.Add(1)
-		o.rt.tel.committed(o, start, b.turns)
+		o.rt.counts.Commit()
+		o.rt.tel.Committed(o.ns.stat, start, b.turns)
 	}
 	if b.timers {
 		o.rt.sched.committed(o.ns.name, o.id, o.name, next)
@@ -617,7 +643,7 @@ func (o *object) poison(cause error) error {
 		o.store.Close()
 		o.store = nil
 		o.hasStore.Store(false)
-		o.rt.stats.openDBs.Add(-1)
+		o.rt.counts.Closed(o.ns.stat)
 	}
 	o.inst, o.built = nil, false
 	return err
@@ -633,7 +659,7 @@ func (o *object) await(t *turn, fn func(context.Context) error) (err error) {
 	if err := t.endSegment(false); err != nil {
 		return err
 	}
-	await := o.rt.tel.awaitStart(t)
+	await := o.rt.tel.AwaitStart(t.Context)
 	var cerr error
 	if o.batch != nil {
 		cerr = o.commit()
@@ -643,9 +669,9 @@ func (o *object) await(t *turn, fn func(context.Context) error) (err error) {
 	o.mu.Unlock()
 	o.release()
 	defer func() {
-		from, gate := o.rt.tel.awaitDone(t, await)
+		from, gate := o.rt.tel.AwaitDone(t.Context, await)
 		_, _ = o.acquire(t, nil, true)
-		o.rt.tel.reentered(t, from, gate)
+		o.rt.tel.Reentered(t.Context, from, gate)
 		o.mu.Lock()
 		o.awaiting--
 		o.mu.Unlock()

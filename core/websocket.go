@@ -13,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/durable-go/durable/core/internal/telemetry"
 	"github.com/durable-go/durable/core/internal/wsconn"
 )
 
@@ -280,4 +281,11 @@ func (ws *WebSocket) AutoResponseTimestamp() time.Time {
 		return time.Unix(0, ns)
 	}
 	return time.Time{}
+}
+
+// slowCut records a WebSocket client cut off for falling behind.
+func (ws *WebSocket) slowCut() {
+	ws.ns.count(telemetry.SlowCut)
+	ws.rt.log.Warn("a slow WebSocket client was cut off (1013)", "event", "websocket_slow_cut",
+		"namespace", ws.ns.name, "name", ws.name, "queue", ws.rt.opts.WebSocketSendQueue)
 }

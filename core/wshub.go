@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/durable-go/durable/core/internal/telemetry"
 	"github.com/durable-go/durable/core/internal/wsconn"
 	"github.com/gorilla/websocket"
 )
@@ -238,7 +239,7 @@ func (ws *WebSocket) onMessage(f wsconn.Frame) {
 		return
 	}
 	ws.inflight <- struct{}{}
-	ws.rt.tel.received(ws.ns)
+	ws.ns.count(telemetry.MessageIn)
 	ws.post(func(ctx context.Context, inst any) error {
 		if !ws.c.Open() {
 			return nil // closed while the message waited (its accept was rolled back, say)
@@ -267,29 +268,27 @@ func (ws *WebSocket) delivered(err error) {
 // outcome goes to delivered once its writes are durable, and its in-flight token is returned.
 func (ws *WebSocket) post(fn func(context.Context, any) error) {
 	rt := ws.rt
-	ctx, sp := rt.tel.eventSpan(rt.base, "durable.websocket.message", ws.ns, ws.name)
+	ctx, sp := rt.eventSpan(rt.base, "durable.websocket.message", ws.ns, ws.name)
 	var t *turn // the posted turn, for its measurements
 	done := func(err error) {
 		if t != nil {
-			rt.tel.done(t, nil, err)
+			t.posted(err)
 		}
-		endSpan(sp, err)
+		eventEnd(sp, err)
 		ws.delivered(err)
 		<-ws.inflight
 		rt.leave()
 	}
 	if err := rt.enter(); err != nil {
-		endSpan(sp, err)
+		eventEnd(sp, err)
 		ws.delivered(err)
 		<-ws.inflight
 		return
 	}
 	err := ws.ns.with(ws.name, ws.id, placement{}, func(o *object) error {
 		t = &turn{Context: ctx, o: o}
-		rt.tel.begin(t)
-		err := o.post(t, codeFunc(fn), done)
+		err := o.postTurn(t, codeFunc(fn), done)
 		if err != nil {
-			rt.tel.held(t, err)
 			t = nil
 		}
 		return err
@@ -307,8 +306,8 @@ func (ws *WebSocket) deliver(span string, fn func(context.Context, any) error) (
 		return err
 	}
 	defer rt.leave()
-	ctx, sp := rt.tel.eventSpan(rt.base, span, ws.ns, ws.name)
-	defer func() { endSpan(sp, err) }()
+	ctx, sp := rt.eventSpan(rt.base, span, ws.ns, ws.name)
+	defer func() { eventEnd(sp, err) }()
 	return ws.ns.with(ws.name, ws.id, placement{}, func(o *object) error { return o.run(ctx, fn) })
 }
 
