@@ -126,21 +126,11 @@
 //
 // Options.Meter and Options.Tracer take OpenTelemetry providers (the runtime never uses the global
 // ones), each off when nil, and off costs no allocation or lock per call; Options.Logger takes a
-// *slog.Logger (nil: slog.Default()). Metrics are per namespace (attribute durable.namespace): durable.calls,
-// durable.queue.length, durable.queue.time, durable.gate.wait, durable.turn.duration,
-// durable.commit.latency, durable.commit.turns, durable.rows.read and .written,
-// durable.overloaded, durable.alarms.fired, .retried, .dead_lettered and .lateness,
-// durable.objects.resident, durable.databases.open, durable.evictions,
-// durable.websocket.connections, .messages.in, .messages.out and .slow_cuts; times in seconds; in
-// cluster mode, for the whole runtime, durable.cluster.commits, .records, .record_bytes,
-// .page_bytes, .snapshots, .leases.held and .leases.watched. A
-// turn is a durable.call span, a child of the span in the caller's context, with durable.queue, a
-// durable.segment per segment, durable.await and durable.gate around each Await, and
-// durable.commit under it; alarm runs (durable.alarm) and WebSocket deliveries
-// (durable.websocket.message, .close) are spans around their turns. The logger receives what the
-// runtime decides on its own, each record with an event and the object's namespace and name:
-// evicted (Debug), alarm_retry, alarm_dropped, damaged, deadlock_refused, websocket_slow_cut,
-// index_rebuild and index_rebuilt.
+// *slog.Logger (nil: slog.Default()). The metrics (per namespace, and cluster mode's) and the spans
+// are named in the README's section "Operating it" and in chapter 10 of the cookbook. The logger
+// receives what the runtime decides on its own, each record with an event and the object's
+// namespace and name: evicted (Debug), alarm_retry, alarm_dropped, damaged, deadlock_refused,
+// websocket_slow_cut, index_rebuild and index_rebuilt.
 //
 // # Cluster mode
 //
