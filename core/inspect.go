@@ -12,6 +12,7 @@ import (
 
 	"github.com/durable-go/durable/core/internal/alarmindex"
 	"github.com/durable-go/durable/core/internal/sqlstore"
+	"github.com/durable-go/durable/core/internal/telemetry"
 )
 
 // Inspection reads what the runtime keeps without changing any of it, for operators: the
@@ -392,7 +393,7 @@ func (rt *Runtime) report(ctx context.Context, e alarmindex.Object, r *sqlstore.
 // and its database is closed after it. Its timers are committed to the index like any object's;
 // the scheduler keeps them until the namespace is registered.
 func (rt *Runtime) offline(ctx context.Context, nsName, name, id string, fn func(context.Context, any) error) error {
-	ns := &namespace{rt: rt, name: nsName, dir: filepath.Join(rt.dir, nsName),
+	ns := &namespace{rt: rt, name: nsName, dir: filepath.Join(rt.dir, nsName), stat: new(telemetry.Namespace),
 		objects: make(map[string]*object), closing: make(map[string]chan struct{})}
 	o := ns.object(name, id, placement{})
 	err := o.hold(ctx, func() error {

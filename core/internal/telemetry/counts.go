@@ -71,7 +71,8 @@ func (c *Counts) Totals() Totals {
 }
 
 // Namespace is one namespace's share of the counts and its measurements' attributes. Make one with
-// Telemetry.Namespace (with telemetry off too).
+// Telemetry.Namespace (with telemetry off too). The zero Namespace is counted but not measured (a
+// namespace the runtime holds only for a moment, not registered).
 type Namespace struct {
 	name                         string
 	resident, openDBs, evictions atomic.Int64

@@ -220,7 +220,7 @@ func End(sp trace.Span, err error) {
 
 // Count counts an event of namespace ns.
 func (t *Telemetry) Count(ns *Namespace, e Event) {
-	if t == nil || t.m == nil {
+	if t == nil || t.m == nil || ns.attrs == nil {
 		return
 	}
 	t.m.counted[e].Add(context.Background(), 1, ns.attrs.add...)
@@ -228,7 +228,7 @@ func (t *Telemetry) Count(ns *Namespace, e Event) {
 
 // AlarmFired counts a due timer's run of namespace ns and how late it is, by the runtime's clock.
 func (t *Telemetry) AlarmFired(ns *Namespace, late time.Duration) {
-	if t == nil || t.m == nil {
+	if t == nil || t.m == nil || ns.attrs == nil {
 		return
 	}
 	ctx := context.Background()
@@ -255,7 +255,7 @@ func (t *Telemetry) CommitStart() time.Time {
 
 // Committed records a durable commit of turns of an object of ns, started at start.
 func (t *Telemetry) Committed(ns *Namespace, start time.Time, turns int) {
-	if t == nil || t.m == nil {
+	if t == nil || t.m == nil || ns.attrs == nil {
 		return
 	}
 	ctx := context.Background()

@@ -62,7 +62,7 @@ func (t *Telemetry) Held(ctx context.Context, err error, again bool) {
 		End(tt.span, nil)
 		return
 	}
-	if t.m != nil {
+	if t.m != nil && tt.ns.attrs != nil {
 		t.m.calls.Add(tt, 1, tt.ns.attrs.add...)
 		if err == nil {
 			t.m.queueTime.Record(tt, tt.held.Sub(tt.came).Seconds(), tt.ns.attrs.rec...)
@@ -90,7 +90,7 @@ func (t *Telemetry) Done(ctx context.Context, commit trace.Span, err error) {
 	}
 	tt := turnOf(ctx)
 	End(commit, nil)
-	if t.m != nil {
+	if t.m != nil && tt.ns.attrs != nil {
 		t.m.turnTime.Record(tt, since(tt.held), tt.ns.attrs.rec...)
 	}
 	End(tt.span, err)
@@ -150,8 +150,8 @@ func (t *Telemetry) Reentered(ctx context.Context, from time.Time, gate trace.Sp
 	if t == nil {
 		return
 	}
-	if t.m != nil {
-		t.m.gateWait.Record(ctx, since(from), turnOf(ctx).ns.attrs.rec...)
+	if ns := turnOf(ctx).ns; t.m != nil && ns.attrs != nil {
+		t.m.gateWait.Record(ctx, since(from), ns.attrs.rec...)
 	}
 	End(gate, nil)
 	t.SegmentStart(ctx)
