@@ -23,20 +23,21 @@ import (
 
 	"github.com/durable-go/durable/cluster"
 	"github.com/durable-go/durable/core"
-	"github.com/durable-go/durable/core/coretest"
+	"github.com/durable-go/durable/replog"
+	"github.com/durable-go/durable/replog/replogtest"
 )
 
-// S-X1, S-X2, S-X3: the engine keeps core.Log's contract on three nodes (3 replicas, each engine
+// S-X1, S-X2, S-X3: the engine keeps replog.Log's contract on three nodes (3 replicas, each engine
 // on a node of its own choosing).
 func TestEngine_LogContract3Nodes(t *testing.T) {
 	c := sharedCluster(t)
-	coretest.LogContract(t, func(t *testing.T) core.Log { return c.engine(t, rand.IntN(3), cluster.Config{}) })
+	replogtest.LogContract(t, func(t *testing.T) replog.Log { return c.engine(t, rand.IntN(3), cluster.Config{}) })
 }
 
-// S-X4: the engine keeps core.Leases' contract on three nodes.
+// S-X4: the engine keeps replog.Leases' contract on three nodes.
 func TestEngine_LeasesContract3Nodes(t *testing.T) {
 	c := sharedCluster(t)
-	coretest.LeasesContract(t, func(t *testing.T) core.Leases { return c.engine(t, rand.IntN(3), cluster.Config{}) })
+	replogtest.LeasesContract(t, func(t *testing.T) replog.Leases { return c.engine(t, rand.IntN(3), cluster.Config{}) })
 }
 
 // S-X1: writers on different nodes race on one key: exactly one wins each expected sequence, and
@@ -66,7 +67,7 @@ func TestEngine_RacingAppendersAcrossNodes(t *testing.T) {
 			case r.err == nil:
 				wins++
 				last = r.seq
-			case !errors.Is(r.err, core.ErrLogConflict):
+			case !errors.Is(r.err, replog.ErrConflict):
 				t.Fatalf("round %d: %v; want success or ErrLogConflict", round, r.err)
 			}
 		}
@@ -98,7 +99,7 @@ func TestEngine_UnknownOutcomeWithoutQuorum(t *testing.T) {
 	actx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	_, err = e.Append(actx, "counters/q", s1, []byte("two"))
 	cancel()
-	if !errors.Is(err, core.ErrLogUnknown) || errors.Is(err, core.ErrLogConflict) {
+	if !errors.Is(err, replog.ErrUnknown) || errors.Is(err, replog.ErrConflict) {
 		t.Fatalf("Append without a quorum: %v; want ErrLogUnknown", err)
 	}
 	for _, i := range []int{1, 2} {

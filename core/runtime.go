@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/durable-go/durable/core/internal/replica"
 	"github.com/durable-go/durable/core/internal/sqlstore"
 )
 
@@ -170,7 +171,7 @@ type Runtime struct {
 	template func() ([]byte, error) // an empty object database, built once
 	ws       wsHub                  // the WebSocket connections
 	lock     *dirLock               // the data directory's OS lock, held until Shutdown ends
-	repl     *replicaNode           // cluster mode; nil in the single-process runtime
+	repl     *replica.Node          // cluster mode; nil in the single-process runtime
 }
 
 type runtimeStats struct {
@@ -186,6 +187,8 @@ type Stats struct {
 	Resident   int64 // objects in memory now
 	OpenDBs    int64 // object databases open now
 	Alarms     int64 // alarms pending in the scheduler
+
+	Cluster ClusterStats // cluster mode's (zero without Options.Replication)
 }
 
 // Open starts a runtime over opts.Dir.
@@ -262,6 +265,7 @@ func (rt *Runtime) Stats() Stats {
 		Resident:   rt.stats.resident.Load(),
 		OpenDBs:    rt.stats.openDBs.Load(),
 		Alarms:     int64(rt.sched.pending()),
+		Cluster:    rt.clusterStats(),
 	}
 }
 
@@ -331,7 +335,7 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 		return err
 	}
 	if rt.repl != nil { // the objects are closed and their leases handed back: stop renewing
-		errs = append(errs, rt.repl.close(rt))
+		errs = append(errs, rt.repl.Close())
 	}
 	errs = append(errs, rt.sched.closeIndex())
 	if rt.ownDir {

@@ -158,7 +158,7 @@ func newInstruments(rt *Runtime, mt metric.Meter) (*instruments, error) {
 // observe reports the gauges and the row counters, per namespace, and cluster mode's counters.
 func (rt *Runtime) observe(m *instruments, o metric.Observer) {
 	if rt.repl != nil {
-		st := rt.ReplicationStats()
+		st := rt.clusterStats()
 		o.ObserveInt64(m.shipped, st.Commits)
 		o.ObserveInt64(m.records, st.Records)
 		o.ObserveInt64(m.recordBytes, st.RecordBytes)
