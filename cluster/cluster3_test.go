@@ -22,7 +22,6 @@ import (
 	"time"
 
 	"github.com/durable-go/durable/cluster"
-	"github.com/durable-go/durable/core"
 	"github.com/durable-go/durable/replog"
 	"github.com/durable-go/durable/replog/replogtest"
 )
@@ -68,7 +67,7 @@ func TestEngine_RacingAppendersAcrossNodes(t *testing.T) {
 				wins++
 				last = r.seq
 			case !errors.Is(r.err, replog.ErrConflict):
-				t.Fatalf("round %d: %v; want success or ErrLogConflict", round, r.err)
+				t.Fatalf("round %d: %v; want success or replog.ErrConflict", round, r.err)
 			}
 		}
 		if wins != 1 {
@@ -83,7 +82,7 @@ func TestEngine_RacingAppendersAcrossNodes(t *testing.T) {
 	}
 }
 
-// S-X1: an append that cannot reach a quorum (two of three nodes down) is ErrLogUnknown, not a
+// S-X1: an append that cannot reach a quorum (two of three nodes down) is replog.ErrUnknown, not a
 // conflict; once the nodes are back, Last tells whether it landed, and an append expecting that
 // wins.
 func TestEngine_UnknownOutcomeWithoutQuorum(t *testing.T) {
@@ -100,7 +99,7 @@ func TestEngine_UnknownOutcomeWithoutQuorum(t *testing.T) {
 	_, err = e.Append(actx, "counters/q", s1, []byte("two"))
 	cancel()
 	if !errors.Is(err, replog.ErrUnknown) || errors.Is(err, replog.ErrConflict) {
-		t.Fatalf("Append without a quorum: %v; want ErrLogUnknown", err)
+		t.Fatalf("Append without a quorum: %v; want replog.ErrUnknown", err)
 	}
 	for _, i := range []int{1, 2} {
 		if err := c.start(i); err != nil {
@@ -167,8 +166,8 @@ func TestEngine_BlobLargerThanMaxPayload(t *testing.T) {
 	if err := es[2].DeleteBlob(ctx, "snapshots/counters/x0"); err != nil {
 		t.Fatal(err)
 	}
-	if err := es[0].GetBlob(ctx, "snapshots/counters/x0", io.Discard); !errors.Is(err, core.ErrNoObject) {
-		t.Fatalf("GetBlob after DeleteBlob on another node: %v; want ErrNoObject", err)
+	if err := es[0].GetBlob(ctx, "snapshots/counters/x0", io.Discard); !errors.Is(err, replog.ErrNoBlob) {
+		t.Fatalf("GetBlob after DeleteBlob on another node: %v; want replog.ErrNoBlob", err)
 	}
 	if err := es[0].DeleteBlob(ctx, "snapshots/counters/x0"); err != nil {
 		t.Fatalf("DeleteBlob of a blob already deleted: %v; want nil", err)

@@ -301,7 +301,7 @@ func isConflict(err error) bool {
 }
 
 // Append implements replog.Log. An acknowledgement lost to a timeout or a dropped connection is
-// ErrLogUnknown, never retried into a false conflict or success: the record is sent again only
+// replog.ErrUnknown, never retried into a false conflict or success: the record is sent again only
 // after a refusal that stored nothing (no stream to take it, or an earlier append to the key
 // still in flight at the leader).
 func (e *Engine) Append(ctx context.Context, key string, expect uint64, rec []byte) (uint64, error) {

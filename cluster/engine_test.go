@@ -231,7 +231,7 @@ func TestEngine_BadInput(t *testing.T) {
 	}
 	nc.Close()
 	if _, err := e2.Append(ctx, "counters/closed", 0, []byte("x")); !errors.Is(err, replog.ErrUnknown) {
-		t.Fatalf("Append over a closed connection: %v; want ErrLogUnknown", err)
+		t.Fatalf("Append over a closed connection: %v; want replog.ErrUnknown", err)
 	}
 }
 
