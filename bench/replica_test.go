@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/durable-go/durable/core"
-	"github.com/durable-go/durable/core/coretest"
+	"github.com/durable-go/durable/replog/replogtest"
 )
 
 // counterNS registers counters: one row, incremented by each call.
@@ -30,7 +30,7 @@ func increment(ctx context.Context, st *core.State) error {
 	return err
 }
 
-func clusterNode(b *testing.B, c *coretest.MemCluster, name string, every int, sync ...string) *core.Runtime {
+func clusterNode(b *testing.B, c *replogtest.MemCluster, name string, every int, sync ...string) *core.Runtime {
 	v := c.Node()
 	rt, err := core.Open(core.Options{Dir: b.TempDir(), Logger: slog.New(slog.DiscardHandler), Synchronous: append(sync, "")[0],
 		Replication: &core.Replication{Node: name, Log: v.Log(), Leases: v.Leases(), SnapshotEvery: every}})
@@ -77,7 +77,7 @@ func BenchmarkReplicaCommit(b *testing.B) {
 						b.Fatal(err)
 					}
 				} else {
-					rt = clusterNode(b, coretest.NewMemCluster(), "n1", 1<<30)
+					rt = clusterNode(b, replogtest.NewMemCluster(), "n1", 1<<30)
 				}
 				defer rt.Close()
 				stub, _ := counterNS(b, rt).Get("c")
@@ -85,7 +85,7 @@ func BenchmarkReplicaCommit(b *testing.B) {
 				if err := core.Do(ctx, stub, increment); err != nil {
 					b.Fatal(err)
 				}
-				before := rt.ReplicationStats()
+				before := rt.Stats().Cluster
 				i := 0
 				for b.Loop() {
 					if err := core.Do(ctx, stub, shape.fn(i)); err != nil {
@@ -95,7 +95,7 @@ func BenchmarkReplicaCommit(b *testing.B) {
 				}
 				b.StopTimer()
 				if mode == "cluster" {
-					s := rt.ReplicationStats()
+					s := rt.Stats().Cluster
 					commits := float64(s.Commits - before.Commits)
 					b.ReportMetric(float64(s.Records-before.Records)/commits, "records/commit")
 					b.ReportMetric(float64(s.RecordBytes-before.RecordBytes)/commits, "bytes/commit")
@@ -120,7 +120,7 @@ func BenchmarkReplicaShipCost(b *testing.B) {
 					b.Fatal(err)
 				}
 			} else {
-				rt = clusterNode(b, coretest.NewMemCluster(), "n1", 1<<30, "NORMAL")
+				rt = clusterNode(b, replogtest.NewMemCluster(), "n1", 1<<30, "NORMAL")
 			}
 			defer rt.Close()
 			stub, _ := counterNS(b, rt).Get("c")
@@ -145,7 +145,7 @@ func BenchmarkReplicaReplay(b *testing.B) {
 				continue
 			}
 			b.Run(fmt.Sprintf("records=%d/snapshot=%v", n, snap), func(b *testing.B) {
-				c := coretest.NewMemCluster()
+				c := replogtest.NewMemCluster()
 				every := 1 << 30
 				if snap {
 					every = n
@@ -200,7 +200,7 @@ func BenchmarkReplicaActivate(b *testing.B) {
 	for _, mode := range []string{"single", "cluster"} {
 		b.Run("mode="+mode, func(b *testing.B) {
 			dir := b.TempDir()
-			c := coretest.NewMemCluster()
+			c := replogtest.NewMemCluster()
 			open := func() *core.Runtime {
 				opts := core.Options{Dir: dir, Logger: slog.New(slog.DiscardHandler)}
 				if mode == "cluster" {

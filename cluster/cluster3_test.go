@@ -22,21 +22,21 @@ import (
 	"time"
 
 	"github.com/durable-go/durable/cluster"
-	"github.com/durable-go/durable/core"
-	"github.com/durable-go/durable/core/coretest"
+	"github.com/durable-go/durable/replog"
+	"github.com/durable-go/durable/replog/replogtest"
 )
 
-// S-X1, S-X2, S-X3: the engine keeps core.Log's contract on three nodes (3 replicas, each engine
+// S-X1, S-X2, S-X3: the engine keeps replog.Log's contract on three nodes (3 replicas, each engine
 // on a node of its own choosing).
 func TestEngine_LogContract3Nodes(t *testing.T) {
 	c := sharedCluster(t)
-	coretest.LogContract(t, func(t *testing.T) core.Log { return c.engine(t, rand.IntN(3), cluster.Config{}) })
+	replogtest.LogContract(t, func(t *testing.T) replog.Log { return c.engine(t, rand.IntN(3), cluster.Config{}) })
 }
 
-// S-X4: the engine keeps core.Leases' contract on three nodes.
+// S-X4: the engine keeps replog.Leases' contract on three nodes.
 func TestEngine_LeasesContract3Nodes(t *testing.T) {
 	c := sharedCluster(t)
-	coretest.LeasesContract(t, func(t *testing.T) core.Leases { return c.engine(t, rand.IntN(3), cluster.Config{}) })
+	replogtest.LeasesContract(t, func(t *testing.T) replog.Leases { return c.engine(t, rand.IntN(3), cluster.Config{}) })
 }
 
 // S-X1: writers on different nodes race on one key: exactly one wins each expected sequence, and
@@ -66,8 +66,8 @@ func TestEngine_RacingAppendersAcrossNodes(t *testing.T) {
 			case r.err == nil:
 				wins++
 				last = r.seq
-			case !errors.Is(r.err, core.ErrLogConflict):
-				t.Fatalf("round %d: %v; want success or ErrLogConflict", round, r.err)
+			case !errors.Is(r.err, replog.ErrConflict):
+				t.Fatalf("round %d: %v; want success or replog.ErrConflict", round, r.err)
 			}
 		}
 		if wins != 1 {
@@ -82,7 +82,7 @@ func TestEngine_RacingAppendersAcrossNodes(t *testing.T) {
 	}
 }
 
-// S-X1: an append that cannot reach a quorum (two of three nodes down) is ErrLogUnknown, not a
+// S-X1: an append that cannot reach a quorum (two of three nodes down) is replog.ErrUnknown, not a
 // conflict; once the nodes are back, Last tells whether it landed, and an append expecting that
 // wins.
 func TestEngine_UnknownOutcomeWithoutQuorum(t *testing.T) {
@@ -98,8 +98,8 @@ func TestEngine_UnknownOutcomeWithoutQuorum(t *testing.T) {
 	actx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	_, err = e.Append(actx, "counters/q", s1, []byte("two"))
 	cancel()
-	if !errors.Is(err, core.ErrLogUnknown) || errors.Is(err, core.ErrLogConflict) {
-		t.Fatalf("Append without a quorum: %v; want ErrLogUnknown", err)
+	if !errors.Is(err, replog.ErrUnknown) || errors.Is(err, replog.ErrConflict) {
+		t.Fatalf("Append without a quorum: %v; want replog.ErrUnknown", err)
 	}
 	for _, i := range []int{1, 2} {
 		if err := c.start(i); err != nil {
@@ -166,8 +166,8 @@ func TestEngine_BlobLargerThanMaxPayload(t *testing.T) {
 	if err := es[2].DeleteBlob(ctx, "snapshots/counters/x0"); err != nil {
 		t.Fatal(err)
 	}
-	if err := es[0].GetBlob(ctx, "snapshots/counters/x0", io.Discard); !errors.Is(err, core.ErrNoObject) {
-		t.Fatalf("GetBlob after DeleteBlob on another node: %v; want ErrNoObject", err)
+	if err := es[0].GetBlob(ctx, "snapshots/counters/x0", io.Discard); !errors.Is(err, replog.ErrNoBlob) {
+		t.Fatalf("GetBlob after DeleteBlob on another node: %v; want replog.ErrNoBlob", err)
 	}
 	if err := es[0].DeleteBlob(ctx, "snapshots/counters/x0"); err != nil {
 		t.Fatalf("DeleteBlob of a blob already deleted: %v; want nil", err)

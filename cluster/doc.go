@@ -3,13 +3,13 @@
 //
 // # The engine
 //
-// An Engine fills core.Log and core.Leases:
+// An Engine fills replog.Log and replog.Leases:
 //
 //   - The log is spread over a fixed number of streams (Config.Shards), each key's records on its
 //     own subject. Append publishes with the expected last sequence of the key's subject, so that
-//     among racing writers exactly one wins; a refusal is core.ErrLogConflict once a read
+//     among racing writers exactly one wins; a refusal is replog.ErrConflict once a read
 //     through the quorum shows another record after the one expected, and an acknowledgement
-//     lost to a timeout or a dropped connection is core.ErrLogUnknown (the record is sent again
+//     lost to a timeout or a dropped connection is replog.ErrUnknown (the record is sent again
 //     only after a refusal that stored nothing).
 //   - Last and Leases.Get are linearizable: they write a small barrier through the stream's
 //     quorum, then read the last record as of the barrier from a replica that has it, so that a

@@ -16,7 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
-	"github.com/durable-go/durable/core"
+	"github.com/durable-go/durable/replog"
 )
 
 // Config configures an Engine.
@@ -42,7 +42,7 @@ type Config struct {
 // for the subject and headers.
 const MaxRecord = MaxPayload - 64<<10
 
-// Engine keeps a core.Log and core.Leases in a JetStream cluster: one stream per shard of the log
+// Engine keeps a replog.Log and replog.Leases in a JetStream cluster: one stream per shard of the log
 // (one subject per key), a key-value bucket of leases and an object store of blobs, all replicated
 // Replicas times. It is safe for concurrent use. It does not own the connection it was given.
 type Engine struct {
@@ -57,8 +57,8 @@ type Engine struct {
 }
 
 var (
-	_ core.Log    = (*Engine)(nil)
-	_ core.Leases = (*Engine)(nil)
+	_ replog.Log    = (*Engine)(nil)
+	_ replog.Leases = (*Engine)(nil)
 )
 
 // New creates (or finds, with the same settings) the engine's streams and buckets over nc and
@@ -226,8 +226,8 @@ func (e *Engine) where(key string) (stream, subject, barrier string, err error) 
 }
 
 // maxKey bounds a key: the runtime's keys are a namespace (at most 64 bytes), '/' and an object
-// name (at most core.MaxNameLen bytes).
-const maxKey = 64 + 1 + core.MaxNameLen
+// name, at most replog.MaxKeyLen in all.
+const maxKey = replog.MaxKeyLen
 
 // encodeKey maps any non-empty key to a subject token and key-value key, one to one: letters,
 // digits, '_' and '-' stay, every other byte becomes '=' and two hex digits.
@@ -300,8 +300,8 @@ func isConflict(err error) bool {
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
-// Append implements core.Log. An acknowledgement lost to a timeout or a dropped connection is
-// ErrLogUnknown, never retried into a false conflict or success: the record is sent again only
+// Append implements replog.Log. An acknowledgement lost to a timeout or a dropped connection is
+// replog.ErrUnknown, never retried into a false conflict or success: the record is sent again only
 // after a refusal that stored nothing (no stream to take it, or an earlier append to the key
 // still in flight at the leader).
 func (e *Engine) Append(ctx context.Context, key string, expect uint64, rec []byte) (uint64, error) {
@@ -323,11 +323,11 @@ func (e *Engine) Append(ctx context.Context, key string, expect uint64, rec []by
 		// append while the new leader stores it, and the refusal may come back first. So a
 		// refusal stands only once a read through the quorum shows another record after expect.
 		if verr := e.confirmConflict(ctx, stream, subject, barrier, expect, rec); verr != nil {
-			return 0, fmt.Errorf("cluster: append to %q expecting %d: refused (%v), but %w: %w", key, expect, err, verr, core.ErrLogUnknown)
+			return 0, fmt.Errorf("cluster: append to %q expecting %d: refused (%v), but %w: %w", key, expect, err, verr, replog.ErrUnknown)
 		}
-		return 0, fmt.Errorf("cluster: append to %q expecting %d: %w (%v)", key, expect, core.ErrLogConflict, err)
+		return 0, fmt.Errorf("cluster: append to %q expecting %d: %w (%v)", key, expect, replog.ErrConflict, err)
 	default:
-		return 0, fmt.Errorf("cluster: append to %q expecting %d: %w (%w)", key, expect, core.ErrLogUnknown, err)
+		return 0, fmt.Errorf("cluster: append to %q expecting %d: %w (%w)", key, expect, replog.ErrUnknown, err)
 	}
 }
 
@@ -362,7 +362,7 @@ func (e *Engine) confirmConflict(ctx context.Context, stream, subject, barrier s
 	}
 }
 
-// Last implements core.Log. The answer is linearizable: it is the key's last record as of a
+// Last implements replog.Log. The answer is linearizable: it is the key's last record as of a
 // barrier written through the stream's quorum after the call, read from a replica that has the
 // barrier. A leader cut off from its quorum, that does not know yet that another has replaced it,
 // cannot write the barrier, so a stale record is never returned. It costs one small replicated
@@ -480,7 +480,7 @@ func (e *Engine) lastUpTo(ctx context.Context, stream, subject, barrier string, 
 // readBatch is how many records one round trip of Read brings at most.
 const readBatch = 512
 
-// Read implements core.Log. It finds the key's last record (as Last does), then brings the records
+// Read implements replog.Log. It finds the key's last record (as Last does), then brings the records
 // up to it in batches of up to 512 (one round trip each) from whichever replica answers, waiting
 // for a replica that is behind to catch up. fn runs between round trips, under ctx alone.
 func (e *Engine) Read(ctx context.Context, key string, after uint64, fn func(uint64, []byte) error) error {
@@ -577,7 +577,7 @@ func (e *Engine) readBatch(ctx context.Context, stream, subject string, next, un
 	}
 }
 
-// Trim implements core.Log: a purge of key's subject before the sequence, through the stream's
+// Trim implements replog.Log: a purge of key's subject before the sequence, through the stream's
 // quorum. Trimming past the last record removes it too, after which the key has no last record.
 func (e *Engine) Trim(ctx context.Context, key string, before uint64) error {
 	stream, subject, _, err := e.where(key)
@@ -599,7 +599,7 @@ func (e *Engine) Trim(ctx context.Context, key string, before uint64) error {
 	return nil
 }
 
-// PutBlob implements core.Log: the blob goes to the object store in chunks, so it may be far
+// PutBlob implements replog.Log: the blob goes to the object store in chunks, so it may be far
 // larger than a message.
 func (e *Engine) PutBlob(ctx context.Context, name string, r io.Reader) error {
 	if name == "" {
@@ -611,7 +611,7 @@ func (e *Engine) PutBlob(ctx context.Context, name string, r io.Reader) error {
 	return nil
 }
 
-// GetBlob implements core.Log. The object store checks the blob's digest as it reads it.
+// GetBlob implements replog.Log. The object store checks the blob's digest as it reads it.
 //
 // The chunks are read through a consumer that the cluster may place on any replica, and one that
 // is still applying the chunks ends the read early (the digest then does not match). Such a read
@@ -620,7 +620,7 @@ func (e *Engine) PutBlob(ctx context.Context, name string, r io.Reader) error {
 // so the bytes already written are the blob's first ones.
 func (e *Engine) GetBlob(ctx context.Context, name string, w io.Writer) error {
 	if name == "" {
-		return fmt.Errorf("cluster: get blob: empty name: %w", core.ErrNoObject)
+		return fmt.Errorf("cluster: get blob: empty name: %w", replog.ErrNoBlob)
 	}
 	ctx, cancel := e.bound(ctx)
 	defer cancel()
@@ -644,7 +644,7 @@ func (e *Engine) GetBlob(ctx context.Context, name string, w io.Writer) error {
 		wait = min(2*wait, 200*time.Millisecond)
 	}
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		return fmt.Errorf("cluster: get blob %q: %w", name, core.ErrNoObject)
+		return fmt.Errorf("cluster: get blob %q: %w", name, replog.ErrNoBlob)
 	}
 	if err != nil {
 		return fmt.Errorf("cluster: get blob %q: %w", name, err)
@@ -678,7 +678,7 @@ func (e *Engine) readBlob(ctx context.Context, name, nuid string, skip int64, w 
 	return n, info.NUID, err
 }
 
-// DeleteBlob implements core.Log. Deleting a blob that is not there is not an error.
+// DeleteBlob implements replog.Log. Deleting a blob that is not there is not an error.
 func (e *Engine) DeleteBlob(ctx context.Context, name string) error {
 	if name == "" {
 		return errors.New("cluster: delete blob: empty name")
@@ -703,7 +703,7 @@ const (
 	kvBarrier   = "=sync" // no encoded key starts like this
 )
 
-// Get implements core.Leases. Like Last, the answer is confirmed through the bucket's quorum, so
+// Get implements replog.Leases. Like Last, the answer is confirmed through the bucket's quorum, so
 // a node never reads a lease older than one another node has written and been told is written.
 func (e *Engine) Get(ctx context.Context, key string) (uint64, []byte, error) {
 	subject, err := e.leaseSubject(key)
@@ -738,7 +738,7 @@ func (e *Engine) getLeaseMarker(ctx context.Context, subject string) (rev uint64
 	return seq, data, 0, nil
 }
 
-// Put implements core.Leases. The new revision is the sequence of the write in the bucket's
+// Put implements replog.Leases. The new revision is the sequence of the write in the bucket's
 // stream; a creation over a deleted key expects its delete marker, so revisions never repeat.
 func (e *Engine) Put(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
 	subject, err := e.leaseSubject(key)
@@ -766,20 +766,20 @@ func (e *Engine) Put(ctx context.Context, key string, value []byte, rev uint64) 
 		if _, now, _, gerr := e.getLeaseMarker(ctx, subject); gerr != nil || bytes.Equal(now, value) {
 			return 0, fmt.Errorf("cluster: lease put %q at revision %d: refused (%v), but the lease may hold this value now: outcome unknown", key, rev, err)
 		}
-		return 0, fmt.Errorf("cluster: lease put %q at revision %d: %w", key, rev, core.ErrLeaseConflict)
+		return 0, fmt.Errorf("cluster: lease put %q at revision %d: %w", key, rev, replog.ErrLeaseConflict)
 	default:
 		return 0, fmt.Errorf("cluster: lease put %q at revision %d: %w", key, rev, err)
 	}
 }
 
-// Delete implements core.Leases: a delete marker written if the key is at rev.
+// Delete implements replog.Leases: a delete marker written if the key is at rev.
 func (e *Engine) Delete(ctx context.Context, key string, rev uint64) error {
 	subject, err := e.leaseSubject(key)
 	if err != nil {
 		return fmt.Errorf("cluster: lease delete: %w", err)
 	}
 	if rev == 0 {
-		return fmt.Errorf("cluster: lease delete %q at revision 0: %w", key, core.ErrLeaseConflict)
+		return fmt.Errorf("cluster: lease delete %q at revision 0: %w", key, replog.ErrLeaseConflict)
 	}
 	ctx, cancel := e.bound(ctx)
 	defer cancel()
@@ -790,7 +790,7 @@ func (e *Engine) Delete(ctx context.Context, key string, rev uint64) error {
 	case err == nil:
 		return nil
 	case isConflict(err):
-		return fmt.Errorf("cluster: lease delete %q at revision %d: %w", key, rev, core.ErrLeaseConflict)
+		return fmt.Errorf("cluster: lease delete %q at revision %d: %w", key, rev, replog.ErrLeaseConflict)
 	default:
 		return fmt.Errorf("cluster: lease delete %q at revision %d: %w", key, rev, err)
 	}

@@ -16,8 +16,9 @@ import (
 
 	"github.com/durable-go/durable/cluster"
 	"github.com/durable-go/durable/core"
-	"github.com/durable-go/durable/core/coretest"
 	"github.com/durable-go/durable/internal/loopback"
+	"github.com/durable-go/durable/replog"
+	"github.com/durable-go/durable/replog/replogtest"
 )
 
 func TestMain(m *testing.M) {
@@ -176,16 +177,16 @@ func (c *testCluster) engine(t *testing.T, i int, cfg cluster.Config) *cluster.E
 	return e
 }
 
-// S-X1, S-X2, S-X3: the engine keeps core.Log's contract on one node (1 replica).
+// S-X1, S-X2, S-X3: the engine keeps replog.Log's contract on one node (1 replica).
 func TestEngine_LogContract1Node(t *testing.T) {
 	c := startCluster(t, 1)
-	coretest.LogContract(t, func(t *testing.T) core.Log { return c.engine(t, 0, cluster.Config{}) })
+	replogtest.LogContract(t, func(t *testing.T) replog.Log { return c.engine(t, 0, cluster.Config{}) })
 }
 
-// S-X4: the engine keeps core.Leases' contract on one node.
+// S-X4: the engine keeps replog.Leases' contract on one node.
 func TestEngine_LeasesContract1Node(t *testing.T) {
 	c := startCluster(t, 1)
-	coretest.LeasesContract(t, func(t *testing.T) core.Leases { return c.engine(t, 0, cluster.Config{}) })
+	replogtest.LeasesContract(t, func(t *testing.T) replog.Leases { return c.engine(t, 0, cluster.Config{}) })
 }
 
 // S-X1: a closed connection is an unknown outcome; bad input is a clear error that appends nothing.
@@ -194,15 +195,15 @@ func TestEngine_BadInput(t *testing.T) {
 	e := c.engine(t, 0, cluster.Config{})
 	ctx := t.Context()
 	for _, key := range []string{"", string(make([]byte, 64+1+core.MaxNameLen+1))} {
-		if _, err := e.Append(ctx, key, 0, []byte("x")); err == nil || errors.Is(err, core.ErrLogConflict) || errors.Is(err, core.ErrLogUnknown) {
+		if _, err := e.Append(ctx, key, 0, []byte("x")); err == nil || errors.Is(err, replog.ErrConflict) || errors.Is(err, replog.ErrUnknown) {
 			t.Errorf("Append to a key of %d bytes: %v; want a plain error", len(key), err)
 		}
-		if _, err := e.Put(ctx, key, []byte("x"), 0); err == nil || errors.Is(err, core.ErrLeaseConflict) {
+		if _, err := e.Put(ctx, key, []byte("x"), 0); err == nil || errors.Is(err, replog.ErrLeaseConflict) {
 			t.Errorf("Put to a key of %d bytes: %v; want a plain error", len(key), err)
 		}
 	}
 	big := make([]byte, cluster.MaxRecord+1)
-	if _, err := e.Append(ctx, "counters/big", 0, big); err == nil || errors.Is(err, core.ErrLogUnknown) {
+	if _, err := e.Append(ctx, "counters/big", 0, big); err == nil || errors.Is(err, replog.ErrUnknown) {
 		t.Fatalf("Append of %d bytes: %v; want a plain error", len(big), err)
 	}
 	if seq, _, err := e.Last(ctx, "counters/big"); err != nil || seq != 0 {
@@ -229,8 +230,8 @@ func TestEngine_BadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	nc.Close()
-	if _, err := e2.Append(ctx, "counters/closed", 0, []byte("x")); !errors.Is(err, core.ErrLogUnknown) {
-		t.Fatalf("Append over a closed connection: %v; want ErrLogUnknown", err)
+	if _, err := e2.Append(ctx, "counters/closed", 0, []byte("x")); !errors.Is(err, replog.ErrUnknown) {
+		t.Fatalf("Append over a closed connection: %v; want replog.ErrUnknown", err)
 	}
 }
 

@@ -11,9 +11,10 @@ import (
 	"path/filepath"
 	"time"
 
+	"modernc.org/sqlite"
+
 	"github.com/durable-go/durable/core/internal/alarmindex"
 	"github.com/durable-go/durable/core/internal/sqlstore"
-	"modernc.org/sqlite"
 )
 
 // The catalog is a table of the runtime's file (_runtime.sqlite): every object (and facet) with a
@@ -177,7 +178,7 @@ func (o *object) openChecked() (*store, bool, error) {
 	fi, err := os.Stat(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		if fileSize(path) == 0 && o.rs == nil { // no WAL either (in cluster mode the file is a cache)
+		if fileSize(path) == 0 && o.repl == nil { // no WAL either (in cluster mode the file is a cache)
 			_, known, err := o.rt.sched.ix.Lookup(o.ns.name, o.id)
 			if err != nil {
 				return nil, false, err
@@ -364,7 +365,7 @@ func (o *object) hold(ctx context.Context, fn func() error) error {
 	if _, err := o.acquire(t, nil, false); err != nil {
 		return err
 	}
-	if o.rs != nil {
+	if o.repl != nil {
 		if err := o.claim(); err != nil {
 			o.release()
 			return err

@@ -18,9 +18,11 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/durable-go/durable/core"
-	"github.com/durable-go/durable/core/coretest"
 	"github.com/stretchr/testify/require"
+
+	"github.com/durable-go/durable/core"
+	"github.com/durable-go/durable/replog"
+	"github.com/durable-go/durable/replog/replogtest"
 )
 
 // clusterTTL is the lease time of the cluster-mode tests.
@@ -29,14 +31,14 @@ const clusterTTL = 4 * time.Second
 // node is one runtime of a test cluster: its own directory, its own view of the shared engine.
 type node struct {
 	rt   *core.Runtime
-	view *coretest.MemNode
+	view *replogtest.MemNode
 	ns   *core.Namespace[*core.State]
 	dir  string
 }
 
 // openNode opens a runtime named name over a directory of its own, as one node of c. Close is the
 // test's to call (or not: an abandoned node).
-func openNode(t *testing.T, c *coretest.MemCluster, name string, edit ...func(*core.Options)) *node {
+func openNode(t *testing.T, c *replogtest.MemCluster, name string, edit ...func(*core.Options)) *node {
 	t.Helper()
 	n := &node{view: c.Node(), dir: t.TempDir()}
 	opts := core.Options{Dir: n.dir, Logger: slog.New(slog.DiscardHandler),
@@ -91,7 +93,7 @@ func (n *node) requireNumbered(t *testing.T, name string, count int) {
 // handed back: node 2 takes the object at once), though node 2's directory never held the object.
 func TestClusterReadAfterDrain(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := coretest.NewMemCluster()
+		c := replogtest.NewMemCluster()
 		n1 := openNode(t, c, "n1")
 		n2 := openNode(t, c, "n2")
 		defer n2.rt.Close()
@@ -118,7 +120,7 @@ func TestClusterReadAfterDrain(t *testing.T) {
 // unable to prove its lease, refuses to serve the object.
 func TestClusterTakeoverAfterExpiry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := coretest.NewMemCluster()
+		c := replogtest.NewMemCluster()
 		n1 := openNode(t, c, "n1")
 		n2 := openNode(t, c, "n2")
 		defer n2.rt.Close()
@@ -154,7 +156,7 @@ func TestClusterTakeoverAfterExpiry(t *testing.T) {
 // and asked for again is timed afresh before it is taken over.
 func TestClusterForgetsLeasesNoLongerAskedFor(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := coretest.NewMemCluster()
+		c := replogtest.NewMemCluster()
 		n1 := openNode(t, c, "n1")
 		n2 := openNode(t, c, "n2")
 		defer n2.rt.Close()
@@ -166,7 +168,7 @@ func TestClusterForgetsLeasesNoLongerAskedFor(t *testing.T) {
 			_, err := n2.get("o"+strconv.Itoa(i), "k")
 			require.ErrorIs(t, err, core.ErrNotOwner)
 		}
-		require.Equal(t, int64(objects), n2.rt.ReplicationStats().WatchedLeases)
+		require.Equal(t, int64(objects), n2.rt.Stats().Cluster.WatchedLeases)
 
 		// Node 1 goes silent. Calls for o0 keep its lease watched; the others are forgotten.
 		n1.view.CutLog(true)
@@ -182,9 +184,9 @@ func TestClusterForgetsLeasesNoLongerAskedFor(t *testing.T) {
 		v, err := n2.get("o0", "k")
 		require.NoError(t, err, "o0, watched all along, is taken over once LeaseTTL has passed")
 		require.Equal(t, "v", v)
-		require.Equal(t, int64(objects-1), n2.rt.ReplicationStats().WatchedLeases, "o0 is held now; o1.. are remembered")
+		require.Equal(t, int64(objects-1), n2.rt.Stats().Cluster.WatchedLeases, "o0 is held now; o1.. are remembered")
 		time.Sleep(2*clusterTTL + clusterTTL/2)
-		require.Equal(t, int64(0), n2.rt.ReplicationStats().WatchedLeases, "o1.. were forgotten")
+		require.Equal(t, int64(0), n2.rt.Stats().Cluster.WatchedLeases, "o1.. were forgotten")
 
 		// o1 was forgotten: its lease, unrenewed for 3 LeaseTTL by now, is timed afresh.
 		_, err = n2.get("o1", "k")
@@ -201,7 +203,7 @@ func TestClusterForgetsLeasesNoLongerAskedFor(t *testing.T) {
 // included, and serves again once it can renew (nobody took the object meanwhile).
 func TestClusterReadsRefusedWhenLeaseLapses(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := coretest.NewMemCluster()
+		c := replogtest.NewMemCluster()
 		n1 := openNode(t, c, "n1")
 		defer n1.rt.Close()
 		require.NoError(t, n1.put("acct", "balance", "7"))
@@ -245,7 +247,7 @@ func (g *gatedWeb) Fetch(ctx context.Context, w http.ResponseWriter, r *http.Req
 // owner never sees the write.
 func TestClusterPausedOwnerFenced(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := coretest.NewMemCluster()
+		c := replogtest.NewMemCluster()
 		entered, hold := make(chan struct{}), make(chan struct{})
 		frozen := time.Now()
 		n1 := openNode(t, c, "n1", func(o *core.Options) { o.Now = func() time.Time { return frozen } })
@@ -316,7 +318,7 @@ func TestClusterPausedOwnerFenced(t *testing.T) {
 // outcome stays unknown is refused with ErrCommitUnknown, and the node rebuilds from the log.
 func TestClusterUnknownAppendOutcome(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := coretest.NewMemCluster()
+		c := replogtest.NewMemCluster()
 		n1 := openNode(t, c, "n1")
 		require.NoError(t, n1.put("acct", "a", "1"))
 		before := len(c.Records("kv/acct"))
@@ -378,7 +380,7 @@ func copyDir(t *testing.T, src, dst string) {
 // log: the write that never reached the log is gone, as its caller was never told it was made.
 func TestClusterFileAheadDiscarded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := coretest.NewMemCluster()
+		c := replogtest.NewMemCluster()
 		n1 := openNode(t, c, "n1")
 		require.NoError(t, n1.put("acct", "balance", "100"))
 		crashed := t.TempDir()
@@ -409,7 +411,7 @@ func TestClusterFileAheadDiscarded(t *testing.T) {
 // them, and the file is caught up from it.
 func TestClusterNormalLocalDiskLosesTail(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := coretest.NewMemCluster()
+		c := replogtest.NewMemCluster()
 		normal := func(o *core.Options) { o.Synchronous = "NORMAL" }
 		n1 := openNode(t, c, "n1", normal)
 		for i := range 2 {
@@ -439,7 +441,7 @@ func TestClusterNormalLocalDiskLosesTail(t *testing.T) {
 // an empty directory rebuilds from the snapshot and the records after it.
 func TestClusterSnapshotTrimRebuild(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := coretest.NewMemCluster()
+		c := replogtest.NewMemCluster()
 		n1 := openNode(t, c, "n1", func(o *core.Options) { o.Replication.SnapshotEvery = 5 })
 		for i := range 12 {
 			require.NoError(t, n1.put("acct", "k"+strconv.Itoa(i), "v"+strconv.Itoa(i)))
@@ -448,7 +450,7 @@ func TestClusterSnapshotTrimRebuild(t *testing.T) {
 		require.Less(t, len(recs), 13, "records before the snapshot are trimmed")
 		require.Equal(t, byte(3), recs[0][1], "the log starts at its snapshot record")
 		require.Len(t, c.Blobs(), 1, "the previous snapshot's blob is deleted")
-		require.GreaterOrEqual(t, n1.rt.ReplicationStats().Snapshots, int64(2))
+		require.GreaterOrEqual(t, n1.rt.Stats().Cluster.Snapshots, int64(2))
 		require.NoError(t, n1.rt.Close())
 
 		n2 := openNode(t, c, "n2")
@@ -461,7 +463,7 @@ func TestClusterSnapshotTrimRebuild(t *testing.T) {
 // another node replays it whole.
 func TestClusterLargeCommit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := coretest.NewMemCluster()
+		c := replogtest.NewMemCluster()
 		n1 := openNode(t, c, "n1")
 		big := make([]byte, 3<<20)
 		rand.Read(big) // incompressible
@@ -479,7 +481,7 @@ func TestClusterLargeCommit(t *testing.T) {
 		after, _ := c.Appended()
 		require.GreaterOrEqual(t, after-before, int64(4), "an epoch record and at least three parts")
 		for _, r := range c.Records("kv/blob") {
-			require.LessOrEqual(t, len(r), core.MaxRecordBytes)
+			require.LessOrEqual(t, len(r), replog.MaxRecordBytes)
 		}
 		require.NoError(t, n1.rt.Close())
 
@@ -511,7 +513,7 @@ func (a *alarmed) Alarm(ctx context.Context, _ core.AlarmInfo) error {
 // indexed there, and its alarm fires there.
 func TestClusterAlarmFollowsOwner(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := coretest.NewMemCluster()
+		c := replogtest.NewMemCluster()
 		reg := func(n *node) (*core.Namespace[*alarmed], chan string) {
 			ran := make(chan string, 4)
 			ns, err := core.Register(n.rt, "alarms", func(_ context.Context, st *core.State) (*alarmed, error) {
@@ -554,7 +556,7 @@ func TestClusterAlarmFollowsOwner(t *testing.T) {
 func TestClusterOptions(t *testing.T) {
 	_, err := core.Open(core.Options{Replication: &core.Replication{}})
 	require.ErrorContains(t, err, "Node is required")
-	c := coretest.NewMemCluster()
+	c := replogtest.NewMemCluster()
 	_, err = core.Open(core.Options{Replication: &core.Replication{Node: "n1", Leases: c.Node().Leases()}})
 	require.ErrorContains(t, err, "Log is nil")
 	synctest.Test(t, func(t *testing.T) {
@@ -570,7 +572,7 @@ func TestClusterOptions(t *testing.T) {
 // S-CL4: an object evicted for idleness hands its lease back: another node takes it at once.
 func TestClusterEvictionHandsLeaseBack(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := coretest.NewMemCluster()
+		c := replogtest.NewMemCluster()
 		n1 := openNode(t, c, "n1", func(o *core.Options) { o.IdleTimeout = time.Second })
 		n2 := openNode(t, c, "n2")
 		require.NoError(t, n1.put("acct", "balance", "3"))
@@ -592,7 +594,7 @@ func TestClusterEvictionHandsLeaseBack(t *testing.T) {
 // hands the lease back instead of holding an object it cannot serve.
 func TestClusterCatchUp(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := coretest.NewMemCluster()
+		c := replogtest.NewMemCluster()
 		var logs bytes.Buffer
 		n1 := openNode(t, c, "n1", func(o *core.Options) {
 			o.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -631,10 +633,10 @@ func TestClusterCatchUp(t *testing.T) {
 // record in the log.
 func TestClusterOneRecordPerBatch(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := coretest.NewMemCluster()
+		c := replogtest.NewMemCluster()
 		n1 := openNode(t, c, "n1")
 		require.NoError(t, n1.put("acct", "k", "0"))
-		before, commits := n1.rt.ReplicationStats(), n1.rt.Stats().Commits
+		before, commits := n1.rt.Stats().Cluster, n1.rt.Stats().Commits
 		errs := make(chan error, 32)
 		for i := range 32 {
 			go func() { errs <- n1.put("acct", "k"+strconv.Itoa(i), "v"+strconv.Itoa(i)) }()
@@ -642,7 +644,7 @@ func TestClusterOneRecordPerBatch(t *testing.T) {
 		for range 32 {
 			require.NoError(t, <-errs)
 		}
-		after := n1.rt.ReplicationStats()
+		after := n1.rt.Stats().Cluster
 		shipped := after.Commits - before.Commits
 		require.Equal(t, n1.rt.Stats().Commits-commits, shipped, "every durable commit shipped")
 		require.Equal(t, shipped, after.Records-before.Records, "one record each")
@@ -658,7 +660,7 @@ func TestClusterOneRecordPerBatch(t *testing.T) {
 // holds it whole.
 func TestClusterLargeCommitCutOff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := coretest.NewMemCluster()
+		c := replogtest.NewMemCluster()
 		n1 := openNode(t, c, "n1")
 		require.NoError(t, n1.put("blob", "small", "kept"))
 		big := make([]byte, 3<<20)
@@ -709,7 +711,7 @@ func TestClusterLargeCommitCutOff(t *testing.T) {
 // the replay with an error naming the object's log: the object is not served from it.
 func TestClusterDamagedRecordRefused(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := coretest.NewMemCluster()
+		c := replogtest.NewMemCluster()
 		n1 := openNode(t, c, "n1")
 		require.NoError(t, n1.put("acct", "a", "1"))
 		require.NoError(t, n1.put("acct", "b", "2"))
@@ -733,7 +735,7 @@ func TestClusterDamagedRecordRefused(t *testing.T) {
 // turn makes anyway is refused at its commit.
 func TestClusterAwaitRechecksLease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := coretest.NewMemCluster()
+		c := replogtest.NewMemCluster()
 		n1 := openNode(t, c, "n1")
 		require.NoError(t, n1.put("acct", "balance", "1"))
 		stub, _ := n1.ns.Get("acct")
@@ -760,7 +762,7 @@ func TestClusterAwaitRechecksLease(t *testing.T) {
 // on anyway gets ErrFenced from storage: the object is no longer this node's to open.
 func TestClusterFencedTurnGoesOn(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := coretest.NewMemCluster()
+		c := replogtest.NewMemCluster()
 		frozen := time.Now()
 		n1 := openNode(t, c, "n1", func(o *core.Options) { o.Now = func() time.Time { return frozen } })
 		n2 := openNode(t, c, "n2")
@@ -803,7 +805,7 @@ func TestClusterFencedTurnGoesOn(t *testing.T) {
 // alarms its index holds once its own former lease has lapsed: the alarm is late, not lost.
 func TestClusterAlarmAfterCrashRestart(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := coretest.NewMemCluster()
+		c := replogtest.NewMemCluster()
 		ran := make(chan string, 4)
 		reg := func(n *node) *core.Namespace[*alarmed] {
 			ns, err := core.Register(n.rt, "alarms", func(_ context.Context, st *core.State) (*alarmed, error) {
@@ -840,8 +842,8 @@ func TestClusterAlarmAfterCrashRestart(t *testing.T) {
 // new owner that read it), and only then is the append reported unknown: its acknowledgement was
 // lost.
 type lateWriterLog struct {
-	core.Log
-	other core.Log
+	replog.Log
+	other replog.Log
 	armed bool
 }
 
@@ -854,14 +856,14 @@ func (l *lateWriterLog) Append(ctx context.Context, key string, expect uint64, r
 	if _, err := l.other.Append(ctx, key, seq, []byte("another writer's record")); err != nil {
 		return 0, err
 	}
-	return 0, fmt.Errorf("%w: the acknowledgement was lost", core.ErrLogUnknown)
+	return 0, fmt.Errorf("%w: the acknowledgement was lost", replog.ErrUnknown)
 }
 
 // S-CL2: an append whose acknowledgement was lost, and after which another writer appended, is in
 // the log: its commit stands and its caller is answered, not told it was fenced.
 func TestClusterUnknownAppendThenAnotherWriter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := coretest.NewMemCluster()
+		c := replogtest.NewMemCluster()
 		var late *lateWriterLog
 		n1 := openNode(t, c, "n1", func(o *core.Options) {
 			late = &lateWriterLog{Log: o.Replication.Log, other: c.Node().Log()}
@@ -882,7 +884,7 @@ func TestClusterUnknownAppendThenAnotherWriter(t *testing.T) {
 // activated again): no blob is left that no record names.
 func TestClusterSnapshotAfterCatchUpDeletesPrevious(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := coretest.NewMemCluster()
+		c := replogtest.NewMemCluster()
 		n1 := openNode(t, c, "n1", func(o *core.Options) {
 			o.Replication.SnapshotEvery = 5
 			o.IdleTimeout = time.Second
@@ -898,7 +900,7 @@ func TestClusterSnapshotAfterCatchUpDeletesPrevious(t *testing.T) {
 		for i := 6; i < 20; i++ {
 			require.NoError(t, n1.put("acct", "k"+strconv.Itoa(i), "v"+strconv.Itoa(i)))
 		}
-		require.GreaterOrEqual(t, n1.rt.ReplicationStats().Snapshots, int64(2))
+		require.GreaterOrEqual(t, n1.rt.Stats().Cluster.Snapshots, int64(2))
 		require.Len(t, c.Blobs(), 1, "the snapshot before the eviction is deleted by the one after")
 		require.NoError(t, n1.rt.Close())
 		n2 := openNode(t, c, "n2")
@@ -910,7 +912,7 @@ func TestClusterSnapshotAfterCatchUpDeletesPrevious(t *testing.T) {
 // blindSnapshotLog is a node's log whose armed snapshot append lands but is reported unknown, and
 // whose reads of the log's head then fail until the test sees again: the outcome cannot be told.
 type blindSnapshotLog struct {
-	core.Log
+	replog.Log
 	mu           sync.Mutex
 	armed, blind bool
 }
@@ -923,7 +925,7 @@ func (l *blindSnapshotLog) Append(ctx context.Context, key string, expect uint64
 		return seq, err
 	}
 	l.armed, l.blind = false, true
-	return 0, fmt.Errorf("%w: the acknowledgement was lost", core.ErrLogUnknown)
+	return 0, fmt.Errorf("%w: the acknowledgement was lost", replog.ErrUnknown)
 }
 
 func (l *blindSnapshotLog) Last(ctx context.Context, key string) (uint64, []byte, error) {
@@ -963,7 +965,7 @@ func snapshotBlind(t *testing.T, n *node, blind *blindSnapshotLog) int {
 	return written
 }
 
-func openBlindNode(t *testing.T, c *coretest.MemCluster) (*node, *blindSnapshotLog) {
+func openBlindNode(t *testing.T, c *replogtest.MemCluster) (*node, *blindSnapshotLog) {
 	var blind *blindSnapshotLog
 	n := openNode(t, c, "n1", func(o *core.Options) {
 		o.Replication.SnapshotEvery = 5
@@ -977,7 +979,7 @@ func openBlindNode(t *testing.T, c *coretest.MemCluster) (*node, *blindSnapshotL
 // kept, so that a node taking the object over (its owner gone silent) rebuilds it from that record.
 func TestClusterSnapshotUnknownOutcomeKeepsBlob(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := coretest.NewMemCluster()
+		c := replogtest.NewMemCluster()
 		n1, blind := openBlindNode(t, c)
 		written := snapshotBlind(t, n1, blind)
 		n1.view.CutLog(true) // the owner goes silent
@@ -997,7 +999,7 @@ func TestClusterSnapshotUnknownOutcomeKeepsBlob(t *testing.T) {
 // log again before its next commit, which is not refused as if another node had appended.
 func TestClusterSnapshotUnknownOutcomeNotFenced(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := coretest.NewMemCluster()
+		c := replogtest.NewMemCluster()
 		n1, blind := openBlindNode(t, c)
 		written := snapshotBlind(t, n1, blind)
 		require.NoError(t, n1.put("acct", "k"+strconv.Itoa(written), "v"+strconv.Itoa(written)),
@@ -1015,7 +1017,7 @@ func TestClusterSnapshotUnknownOutcomeNotFenced(t *testing.T) {
 // lostAckLeases is a node's leases whose armed Put lands but reports an error: its acknowledgement
 // was lost.
 type lostAckLeases struct {
-	core.Leases
+	replog.Leases
 	mu   sync.Mutex
 	lose int
 }
@@ -1036,7 +1038,7 @@ func (l *lostAckLeases) Put(ctx context.Context, key string, value []byte, rev u
 // renewing it, serving the object throughout, and other nodes are still refused.
 func TestClusterRenewalAckLost(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := coretest.NewMemCluster()
+		c := replogtest.NewMemCluster()
 		var lost *lostAckLeases
 		n1 := openNode(t, c, "n1", func(o *core.Options) {
 			lost = &lostAckLeases{Leases: o.Replication.Leases}
@@ -1068,7 +1070,7 @@ func TestClusterRenewalAckLost(t *testing.T) {
 // SnapshotEvery records, and its log is trimmed.
 func TestClusterSnapshotCountsAcrossActivations(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := coretest.NewMemCluster()
+		c := replogtest.NewMemCluster()
 		n1 := openNode(t, c, "n1", func(o *core.Options) {
 			o.Replication.SnapshotEvery = 5
 			o.IdleTimeout = time.Second
@@ -1084,7 +1086,7 @@ func TestClusterSnapshotCountsAcrossActivations(t *testing.T) {
 			synctest.Wait()
 			require.Equal(t, int64(round+1), n1.rt.Stats().Evictions)
 		}
-		require.GreaterOrEqual(t, n1.rt.ReplicationStats().Snapshots, int64(1))
+		require.GreaterOrEqual(t, n1.rt.Stats().Cluster.Snapshots, int64(1))
 		require.LessOrEqual(t, len(c.Records("kv/acct")), 5+3, "the log is trimmed at its snapshots")
 		require.NoError(t, n1.rt.Close())
 		n2 := openNode(t, c, "n2")
@@ -1095,7 +1097,7 @@ func TestClusterSnapshotCountsAcrossActivations(t *testing.T) {
 
 // slowLeases is a node's leases whose every Put takes delay, as a round trip to a quorum does.
 type slowLeases struct {
-	core.Leases
+	replog.Leases
 	mu    sync.Mutex
 	delay time.Duration
 }
@@ -1113,7 +1115,7 @@ func (l *slowLeases) Put(ctx context.Context, key string, value []byte, rev uint
 // and another node would take them over from a node that is up.
 func TestClusterRenewsManyLeases(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := coretest.NewMemCluster()
+		c := replogtest.NewMemCluster()
 		var slow *slowLeases
 		n1 := openNode(t, c, "n1", func(o *core.Options) {
 			slow = &slowLeases{Leases: o.Replication.Leases}
@@ -1151,7 +1153,7 @@ func TestClusterRenewsManyLeases(t *testing.T) {
 // until that turn ends.
 func TestClusterAbandonedShutdownHandsIdleLeasesBack(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := coretest.NewMemCluster()
+		c := replogtest.NewMemCluster()
 		n1 := openNode(t, c, "n1")
 		n2 := openNode(t, c, "n2")
 		defer n2.rt.Close()

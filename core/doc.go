@@ -152,7 +152,7 @@
 // append whose outcome is unknown is resolved by reading the log's head, or fails with
 // ErrCommitUnknown. Facets, Restore and Quarantine are refused in cluster mode; an object's alarm
 // runs on its owner, and the alarm of an object whose owner died fires when another node next
-// activates it. coretest.MemCluster is an in-memory engine for tests, with faults to inject.
+// activates it. replogtest.MemCluster is an in-memory engine for tests, with faults to inject.
 // Without Options.Replication the runtime is the single-process one, unchanged.
 //
 // # Errors

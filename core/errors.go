@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/durable-go/durable/core/internal/replica"
 )
 
 // Errors returned by the runtime. Test for them with errors.Is; the helpers IsRetryable and
@@ -99,15 +101,15 @@ var (
 	// served it: the turn's commit was refused by the log (another writer appended) or the lease was
 	// found taken. Nothing of the batch was acknowledged or released; the object's local file is
 	// discarded. It is not retryable on this node: the object now lives on the other one.
-	ErrFenced = errors.New("core: fenced: another node took the object over")
+	ErrFenced = replica.ErrFenced
 	// ErrLeaseUnproven is returned, in cluster mode, for a turn on an object whose lease this node
 	// cannot prove valid now (the leases could not be reached to renew it, in time): the turn is
 	// refused rather than served from a state that another node may have moved on from. Retry later.
-	ErrLeaseUnproven = errors.New("core: the object's lease cannot be proven valid")
+	ErrLeaseUnproven = replica.ErrLeaseUnproven
 	// ErrCommitUnknown is returned, in cluster mode, when a commit's record was sent to the log but
 	// the log could not say, after retries, whether it holds it: the turn's writes may or may not be
 	// durable. Nothing was acknowledged; the next activation reads the log to learn which.
-	ErrCommitUnknown = errors.New("core: commit outcome unknown")
+	ErrCommitUnknown = replica.ErrCommitUnknown
 )
 
 // alsoErr is a sentinel that also matches other sentinels.

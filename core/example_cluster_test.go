@@ -7,14 +7,14 @@ import (
 	"log/slog"
 
 	"github.com/durable-go/durable/core"
-	"github.com/durable-go/durable/core/coretest"
+	"github.com/durable-go/durable/replog/replogtest"
 )
 
 // Two nodes over one replicating engine (here the in-memory one of coretest; package cluster has
 // NATS JetStream): an object is served by one node at a time, and the other reads what the first
 // acknowledged once the first hands the object back.
 func ExampleReplication() {
-	engine := coretest.NewMemCluster()
+	engine := replogtest.NewMemCluster()
 	open := func(node string) (*core.Runtime, *core.Namespace[*core.State]) {
 		view := engine.Node()
 		rt, _ := core.Open(core.Options{Logger: slog.New(slog.DiscardHandler), // Dir "": a temporary one

@@ -1,12 +1,14 @@
 package core
 
 import (
+	"database/sql"
 	"errors"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/durable-go/durable/core/internal/replica"
 	"github.com/durable-go/durable/core/internal/telemetry"
 )
 
@@ -59,7 +61,7 @@ type object struct {
 	holding   *turn // the turn of a hold (catalog.go): the gate held without an instance
 	reads     atomic.Int64
 	writes    atomic.Int64
-	rs        *replState // cluster mode's state; nil in the single-process runtime
+	repl      replicator // cluster mode's side of the object; nil in the single-process runtime
 }
 
 // placement is where an object lives, fixed when it is created: the name its code sees, its
@@ -99,8 +101,8 @@ func newObject(ns *namespace, name, id string, place placement) *object {
 	o := &object{ns: ns, rt: ns.rt, name: name, id: id, place: place, lastActive: ns.rt.coarseNow()}
 	o.state.o = o
 	o.state.storage.o = o
-	if ns.rt.repl != nil {
-		o.rs = newReplState(ns, name)
+	if n := ns.rt.repl; n != nil {
+		o.repl = n.Object(ns.name, name, o.place.db)
 	}
 	return o
 }
@@ -404,8 +406,8 @@ func (o *object) closeRemoved(ch chan struct{}) (err error) {
 		err, o.store = o.store.Close(), nil
 		o.touchCatalog()
 	}
-	if o.rs != nil && o.rs.lease != nil { // evicted: the lease goes back, another node may take it at once
-		err = errors.Join(err, o.rt.repl.release(o.rs.lease))
+	if o.repl != nil { // evicted: the lease goes back, another node may take it at once
+		err = errors.Join(err, o.repl.Release())
 	}
 	return err
 }
@@ -443,9 +445,80 @@ func (o *object) refused(err error) error {
 	return err
 }
 
+// claim makes the object servable by this node for a turn, in cluster mode (see replica.Object's
+// Claim). A node that lost the object to another fails it.
+func (o *object) claim() error {
+	err := o.repl.Claim(o)
+	if no := (*replica.NotOwner)(nil); errors.As(err, &no) {
+		return &NotOwnerError{Key: no.Key, Holder: no.Holder, Until: no.Until}
+	}
+	if errors.Is(err, ErrFenced) {
+		return o.fail(err)
+	}
+	return err
+}
+
 // alarmFired counts a due timer's run and how late it is, by the runtime's clock.
 func (o *object) alarmFired(late time.Duration) { o.rt.tel.AlarmFired(o.ns.stat, late) }
 
 // count counts an event of an object of ns's (a call refused, an alarm retried or given up, a
 // WebSocket message in or out, a slow client cut off) in the namespace's metrics.
 func (ns *namespace) count(e telemetry.Event) { ns.rt.tel.Count(ns.stat, e) }
+
+// The object as cluster mode's replica.Object sees it (replica.Host): its database.
+
+// OpenDB opens the object's local file, checked.
+func (o *object) OpenDB() (*store, bool, error) { return o.openDB() }
+
+// AdoptDB makes st the object's database.
+func (o *object) AdoptDB(st *store, fresh bool) {
+	o.store, o.fresh = st, fresh
+	o.hasStore.Store(true)
+	o.rt.counts.Opened(o.ns.stat)
+	o.rt.shed()
+}
+
+// CloseDB closes the object's database, if open: the one place a database is closed while the
+// object stays resident.
+func (o *object) CloseDB() {
+	if o.store != nil {
+		o.store.Close()
+		o.store = nil
+		o.hasStore.Store(false)
+		o.rt.counts.Closed(o.ns.stat)
+	}
+}
+
+// WaitClosed waits for an eviction of the same object to close its file.
+func (o *object) WaitClosed() { o.ns.waitClosed(o.id) }
+
+// Replaced forgets that the local file passed its quick check: it was replaced or removed.
+func (o *object) Replaced() { o.rt.checked.Delete(o.place.db) }
+
+// Indexed tells this node's catalog and alarm index of the object, as its open file now is: a file
+// rebuilt from the log has timers this node's index never saw.
+func (o *object) Indexed() {
+	if o.store == nil {
+		return
+	}
+	var created, at sql.NullInt64
+	err := o.store.QueryOwn(`SELECT (SELECT v FROM main._durable_meta WHERE k = 'created'), (SELECT min(at) FROM main._durable_timers)`,
+		nil, func(r *sql.Rows) error { return r.Scan(&created, &at) })
+	if err == nil {
+		e := o.catalogEntry()
+		e.Size = fileSize(o.place.db)
+		if created.Valid {
+			e.Created = created.Int64
+		}
+		err = o.rt.sched.ix.Catalog(e, false)
+	}
+	if err == nil && at.Int64 != 0 {
+		if err = o.rt.sched.ensureIndexed(o.ns.name, o.id, o.name, at.Int64); err == nil {
+			o.rt.sched.schedule(o.ns.name, o.id, o.name, at.Int64)
+		}
+	}
+	if err != nil {
+		o.rt.log.Warn("an object rebuilt from the log could not be indexed", "event", "cluster_index_failed",
+			"namespace", o.ns.name, "name", o.name, "error", err)
+	}
+}

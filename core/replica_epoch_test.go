@@ -5,9 +5,11 @@ import (
 	"testing"
 	"testing/synctest"
 
-	"github.com/durable-go/durable/core"
-	"github.com/durable-go/durable/core/coretest"
 	"github.com/stretchr/testify/require"
+
+	"github.com/durable-go/durable/core"
+	"github.com/durable-go/durable/replog"
+	"github.com/durable-go/durable/replog/replogtest"
 )
 
 // S-CL3: the epochs read back from an object's log, record by record, through the engine: node 1's
@@ -15,7 +17,7 @@ import (
 // it back, writes a higher one, never a lower. A damaged or foreign record is an error.
 func TestRecordEpoch(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := coretest.NewMemCluster()
+		c := replogtest.NewMemCluster()
 		n1 := openNode(t, c, "n1")
 		n2 := openNode(t, c, "n2")
 		defer n2.rt.Close()
@@ -26,7 +28,7 @@ func TestRecordEpoch(t *testing.T) {
 
 		var epochs []uint64
 		require.NoError(t, n2.view.Log().Read(context.Background(), "kv/acct", 0, func(_ uint64, rec []byte) error {
-			e, err := core.RecordEpoch(rec)
+			e, err := replog.RecordEpoch(rec)
 			epochs = append(epochs, e)
 			return err
 		}))
@@ -40,11 +42,17 @@ func TestRecordEpoch(t *testing.T) {
 		recs := c.Records("kv/acct")
 		bad := append([]byte(nil), recs[1]...)
 		bad[len(bad)-1] ^= 1
-		_, err := core.RecordEpoch(bad)
+		_, err := replog.RecordEpoch(bad)
 		require.Error(t, err, "a damaged record")
-		_, err = core.RecordEpoch([]byte("not a record"))
+		_, err = replog.RecordEpoch([]byte("not a record"))
 		require.Error(t, err, "a record the runtime did not write")
-		_, err = core.RecordEpoch(nil)
+		_, err = replog.RecordEpoch(nil)
 		require.Error(t, err)
 	})
+}
+
+// S-X1: every key the runtime makes (a namespace of at most 64 bytes, '/', a name of at most
+// MaxNameLen bytes) fits the engine contract's bound.
+func TestReplogMaxKeyLen(t *testing.T) {
+	require.Equal(t, 64+1+core.MaxNameLen, replog.MaxKeyLen)
 }

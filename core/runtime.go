@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/durable-go/durable/core/internal/replica"
 	"github.com/durable-go/durable/core/internal/sqlstore"
 	"github.com/durable-go/durable/core/internal/telemetry"
 )
@@ -171,7 +172,7 @@ type Runtime struct {
 	template func() ([]byte, error) // an empty object database, built once
 	ws       wsHub                  // the WebSocket connections
 	lock     *dirLock               // the data directory's OS lock, held until Shutdown ends
-	repl     *replicaNode           // cluster mode; nil in the single-process runtime
+	repl     *replica.Node          // cluster mode; nil in the single-process runtime
 }
 
 // Stats are counters over the runtime's life, for tests, benchmarks and monitoring.
@@ -183,6 +184,8 @@ type Stats struct {
 	Resident   int64 // objects in memory now
 	OpenDBs    int64 // object databases open now
 	Alarms     int64 // alarms pending in the scheduler
+
+	Cluster ClusterStats // cluster mode's (zero without Options.Replication)
 }
 
 // Open starts a runtime over opts.Dir.
@@ -253,7 +256,8 @@ func (rt *Runtime) Dir() string { return rt.dir }
 func (rt *Runtime) Stats() Stats {
 	c := rt.counts.Totals()
 	return Stats{Turns: c.Turns, Commits: c.Commits, Constructs: c.Constructs, Evictions: c.Evictions,
-		Resident: c.Resident, OpenDBs: c.OpenDBs, Alarms: int64(rt.sched.pending())}
+		Resident: c.Resident, OpenDBs: c.OpenDBs, Alarms: int64(rt.sched.pending()),
+		Cluster: rt.clusterStats()}
 }
 
 // telemetrySource is what the metrics read of the runtime at each collection.
@@ -269,7 +273,7 @@ func (rt *Runtime) telemetrySource() telemetry.Source {
 			if rt.repl == nil {
 				return telemetry.Cluster{}, false
 			}
-			st := rt.ReplicationStats()
+			st := rt.clusterStats()
 			return telemetry.Cluster{Commits: st.Commits, Records: st.Records, RecordBytes: st.RecordBytes, PageBytes: st.PageBytes,
 				Snapshots: st.Snapshots, HeldLeases: st.HeldLeases, WatchedLeases: st.WatchedLeases}, true
 		},
@@ -342,7 +346,7 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 		return err
 	}
 	if rt.repl != nil { // the objects are closed and their leases handed back: stop renewing
-		errs = append(errs, rt.repl.close(rt))
+		errs = append(errs, rt.repl.Close())
 	}
 	errs = append(errs, rt.sched.closeIndex())
 	if rt.ownDir {

@@ -234,7 +234,7 @@ func (s *Storage) Transaction(ctx context.Context, fn func() error) (err error) 
 	name := fmt.Sprintf("tx%d", t.depth)
 	if err := st.ExecOwn("SAVEPOINT " + name); err != nil {
 		t.depth--
-		return s.o.poison(err)
+		return s.o.fail(err)
 	}
 	ok := false
 	defer func() {
@@ -253,7 +253,7 @@ func (s *Storage) Transaction(ctx context.Context, fn func() error) (err error) 
 	ok = true
 	t.depth--
 	if err := st.ExecOwn("RELEASE " + name); err != nil {
-		return s.o.poison(err)
+		return s.o.fail(err)
 	}
 	return nil
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/durable-go/durable/core"
 	"github.com/durable-go/durable/core/coretest"
+	"github.com/durable-go/durable/replog/replogtest"
 )
 
 // metrics reads what a runtime exported through an in-memory reader.
@@ -574,7 +575,7 @@ func (m *metrics) total(name string) int64 {
 // other nodes it is timing for a takeover.
 func TestMetrics_Cluster(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := coretest.NewMemCluster()
+		c := replogtest.NewMemCluster()
 		var m *metrics
 		n1 := openNode(t, c, "n1", func(o *core.Options) {
 			m = withMetrics(t, o)
@@ -589,7 +590,7 @@ func TestMetrics_Cluster(t *testing.T) {
 		_, err := n1.get("theirs", "k")
 		require.ErrorIs(t, err, core.ErrNotOwner)
 
-		st := n1.rt.ReplicationStats()
+		st := n1.rt.Stats().Cluster
 		require.GreaterOrEqual(t, st.Commits, int64(9), "one commit per put at least")
 		require.Equal(t, st.Commits, m.total("durable.cluster.commits"))
 		require.Equal(t, st.Records, m.total("durable.cluster.records"))

@@ -332,7 +332,7 @@ func (o *object) runHeld(t *turn, code turnCode, alarm bool, body func(*turn) er
 	if o.rt.isClosed.Load() {
 		return ErrClosed
 	}
-	if o.rs != nil {
+	if o.repl != nil {
 		if err := o.claim(); err != nil {
 			return err
 		}
@@ -428,8 +428,8 @@ func (t *turn) db() (*store, error) {
 	o := t.o
 	t.seg()
 	if o.store == nil {
-		if o.rs != nil {
-			if err := o.rs.servable(); err != nil {
+		if o.repl != nil {
+			if err := o.repl.Servable(); err != nil {
 				return nil, err
 			}
 		}
@@ -438,21 +438,18 @@ func (t *turn) db() (*store, error) {
 		if err != nil {
 			return nil, fmt.Errorf("core: open database: %w", err)
 		}
-		if o.rs != nil {
-			if err := o.rs.opened(o.place.db, fresh); err != nil {
+		if o.repl != nil {
+			if err := o.repl.Opened(fresh); err != nil {
 				st.Close()
 				return nil, fmt.Errorf("core: open database: %w", err)
 			}
 		}
-		o.store, o.fresh = st, fresh
-		o.hasStore.Store(true)
-		o.rt.counts.Opened(o.ns.stat)
-		o.rt.shed()
+		o.AdoptDB(st, fresh)
 	}
 	st := o.store
 	if o.batch == nil {
 		if err := st.Control("BEGIN"); err != nil {
-			return nil, o.poison(err)
+			return nil, o.fail(err)
 		}
 		o.batch = &batch{done: make(chan struct{})}
 		t.sp = spTx
@@ -462,7 +459,7 @@ func (t *turn) db() (*store, error) {
 				err = o.initMeta(st)
 			}
 			if err != nil {
-				return nil, o.poison(err)
+				return nil, o.fail(err)
 			}
 			o.fresh = false
 			o.batch.dirty, o.batch.initMeta = true, true
@@ -470,7 +467,7 @@ func (t *turn) db() (*store, error) {
 	}
 	if t.sp == spNone {
 		if err := st.Control("SAVEPOINT turn"); err != nil {
-			return nil, o.poison(err)
+			return nil, o.fail(err)
 		}
 		t.sp = spSavepoint
 	}
@@ -531,7 +528,7 @@ func (t *turn) endSegment(failed bool) error {
 	}
 	t.sp = spNone
 	if err != nil {
-		err = o.poison(err)
+		err = o.fail(err)
 		failed = true
 	}
 	if b := o.batch; b != nil && !failed {
@@ -591,19 +588,19 @@ func (o *object) commit() error {
 	if err == nil && b.initMeta { // the batch creates the database: the catalog learns of it first
 		err = o.cataloged()
 	}
-	if err == nil && o.rs != nil {
-		err = o.beforeCommit(b)
+	if err == nil && o.repl != nil {
+		err = o.repl.Prepare(o.store, b.dirty)
 	}
 	if err == nil {
 		err = o.store.Control("COMMIT")
 	}
-	if err == nil && o.rs != nil { // the output waits for the log to hold the commit
-		err = o.ship(b)
+	if err == nil && o.repl != nil { // the output waits for the log to hold the commit
+		err = o.repl.Ship(o.store, b.dirty)
+	}
+	if err != nil {
+		return o.fail(err)
 	}
 	o.batch = nil
-	if err != nil {
-		return b.finish(o.poison(err))
-	}
 	if b.dirty {
 		o.rt.counts.Commit()
 		o.rt.tel.Committed(o.ns.stat, start, b.turns)
@@ -612,8 +609,10 @@ func (o *object) commit() error {
 		o.rt.sched.committed(o.ns.name, o.id, o.name, next)
 	}
 	err = b.finish(nil)
-	if o.rs != nil {
-		o.maybeSnapshot()
+	if o.repl != nil {
+		if serr := o.repl.Committed(o.store); serr != nil {
+			o.fail(serr)
+		}
 	}
 	return err
 }
@@ -627,25 +626,27 @@ func (b *batch) finish(err error) error {
 	return err
 }
 
-// poison handles a failure of the runtime's own transaction statements: the connection's state is
-// unknown, so the batch is abandoned, the database closed and the instance dropped; the next turn
-// rebuilds from what is durable.
-func (o *object) poison(cause error) error {
-	if o.rs != nil { // cluster mode: the local file may be ahead of the log
-		return o.discard(cause)
+// fail is the one failure path of an object: the runtime's own transaction statements failed (the
+// connection's state is unknown), or its commit could not be made, or, in cluster mode, another
+// node took it over. The open batch is abandoned (its turns receive the error, its output is
+// dropped), the database closed and the instance dropped; the next turn rebuilds from what is
+// durable. In cluster mode the local file goes too: it may be ahead of the log.
+func (o *object) fail(cause error) error {
+	err := cause
+	switch {
+	case errors.Is(cause, ErrFenced), errors.Is(cause, ErrLeaseUnproven), errors.Is(cause, ErrCommitUnknown), errors.Is(cause, ErrCommitFailed):
+	default:
+		err = fmt.Errorf("%w: %w", ErrCommitFailed, cause)
 	}
-	err := fmt.Errorf("%w: %v", ErrCommitFailed, cause)
 	if b := o.batch; b != nil {
 		o.batch = nil
 		b.finish(err)
 	}
-	if o.store != nil {
-		o.store.Close()
-		o.store = nil
-		o.hasStore.Store(false)
-		o.rt.counts.Closed(o.ns.stat)
-	}
+	o.CloseDB()
 	o.inst, o.built = nil, false
+	if o.repl != nil {
+		o.repl.Failed(o, cause)
+	}
 	return err
 }
 
@@ -676,7 +677,7 @@ func (o *object) await(t *turn, fn func(context.Context) error) (err error) {
 		o.awaiting--
 		o.mu.Unlock()
 		t.flags.Or(turnLive)
-		if o.rs != nil && err == nil { // cluster mode: the lease must still hold for the turn to go on
+		if o.repl != nil && err == nil { // cluster mode: the lease must still hold for the turn to go on
 			err = o.claim()
 		}
 	}()

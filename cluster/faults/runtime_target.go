@@ -18,6 +18,7 @@ import (
 
 	"github.com/durable-go/durable/cluster"
 	"github.com/durable-go/durable/core"
+	"github.com/durable-go/durable/replog"
 )
 
 // ErrRefused is a write that the target refused before it stored anything, for a reason that says
@@ -49,7 +50,7 @@ const RuntimeLeaseTTL = 2 * time.Second
 // the transport (a timeout, a broken connection) are unknown outcomes.
 //
 // The client is also an EpochReader: it reads the object's log through the engine and decodes each
-// record's epoch (core.RecordEpoch), which must never decrease.
+// record's epoch (replog.RecordEpoch), which must never decrease.
 type RuntimeTarget struct{}
 
 // Name implements Target.
@@ -298,7 +299,7 @@ func (RuntimeTarget) Dial(ctx context.Context, spec NodeSpec) (Client, error) {
 type RuntimeClient struct {
 	Base    string
 	HTTP    *http.Client
-	Log     core.Log
+	Log     replog.Log
 	closeFn func()
 }
 
@@ -330,7 +331,7 @@ func (c *RuntimeClient) call(ctx context.Context, method, path string, q url.Val
 	case "ok":
 		return reply, nil
 	case "conflict":
-		return reply, fmt.Errorf("%w: the version is %d", core.ErrLogConflict, reply.Version)
+		return reply, fmt.Errorf("%w: the version is %d", replog.ErrConflict, reply.Version)
 	case "refused":
 		return reply, fmt.Errorf("%w: %s", ErrRefused, reply.Error)
 	default:
@@ -341,7 +342,7 @@ func (c *RuntimeClient) call(ctx context.Context, method, path string, q url.Val
 // objectName is the register's name within its namespace for a harness key.
 func objectName(key string) string { return strings.TrimPrefix(key, registerNS+"/") }
 
-// Write implements Client: ok, a conflict (core.ErrLogConflict), a refusal (ErrRefused), or an
+// Write implements Client: ok, a conflict (replog.ErrConflict), a refusal (ErrRefused), or an
 // unknown outcome (any other error).
 func (c *RuntimeClient) Write(ctx context.Context, key string, expect uint64, value string) (uint64, error) {
 	reply, err := c.call(ctx, http.MethodPost, "/write", url.Values{"key": {objectName(key)}, "expect": {strconv.FormatUint(expect, 10)}, "value": {value}})
@@ -377,7 +378,7 @@ func (c *RuntimeClient) Epochs(ctx context.Context, key string) ([]uint64, error
 	}
 	var epochs []uint64
 	err := c.Log.Read(ctx, key, 0, func(seq uint64, rec []byte) error {
-		e, err := core.RecordEpoch(rec)
+		e, err := replog.RecordEpoch(rec)
 		if err != nil {
 			return fmt.Errorf("record %d of %q: %w", seq, key, err)
 		}

@@ -15,12 +15,12 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/durable-go/durable/core"
-	"github.com/durable-go/durable/core/coretest"
+	"github.com/durable-go/durable/replog/replogtest"
 )
 
 // runtimeNode is a runtime in cluster mode over an in-memory engine, serving the registers over
 // HTTP on 127.0.0.1, and a client of it.
-func runtimeNode(t *testing.T, c *coretest.MemCluster, name string) (*core.Runtime, *RuntimeClient) {
+func runtimeNode(t *testing.T, c *replogtest.MemCluster, name string) (*core.Runtime, *RuntimeClient) {
 	t.Helper()
 	view := c.Node()
 	rt, err := core.Open(core.Options{Dir: t.TempDir(), Logger: slog.New(slog.DiscardHandler),
@@ -49,7 +49,7 @@ func runtimeNode(t *testing.T, c *coretest.MemCluster, name string) (*core.Runti
 // until the owner hands the object back; and the epochs of the object's log, read through the
 // engine, grow from one owner to the next.
 func TestRuntimeTarget_Register(t *testing.T) {
-	c := coretest.NewMemCluster()
+	c := replogtest.NewMemCluster()
 	rt1, n1 := runtimeNode(t, c, "n1")
 	_, n2 := runtimeNode(t, c, "n2")
 	ctx := context.Background()
@@ -111,7 +111,7 @@ func TestRuntimeTarget_Register(t *testing.T) {
 
 // S-X6: bad input to the handler gets a clear error and changes nothing.
 func TestRuntimeTarget_BadInput(t *testing.T) {
-	_, n1 := runtimeNode(t, coretest.NewMemCluster(), "n1")
+	_, n1 := runtimeNode(t, replogtest.NewMemCluster(), "n1")
 	resp, err := n1.HTTP.Post(n1.Base+"/write?key=k0&expect=x&value=a", "", nil)
 	if err != nil {
 		t.Fatal(err)

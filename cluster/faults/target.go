@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/durable-go/durable/cluster"
-	"github.com/durable-go/durable/core"
+	"github.com/durable-go/durable/replog"
 )
 
 // NodeSpec is what a node process is started with. It is the same on every restart of the node.
@@ -48,7 +48,7 @@ type Target interface {
 // A Client makes operations on keys through one node.
 type Client interface {
 	// Write appends value as key's record after the record at expect (0: none), returning the new
-	// record's sequence; an error that matches core.ErrLogConflict is a refusal because the last
+	// record's sequence; an error that matches replog.ErrConflict is a refusal because the last
 	// record is elsewhere, one that matches ErrRefused a refusal that stored nothing and says
 	// nothing of the key's state, any other error an unknown outcome.
 	Write(ctx context.Context, key string, expect uint64, value string) (uint64, error)
@@ -171,7 +171,7 @@ func outcome(err error) Outcome {
 	switch {
 	case err == nil:
 		return OK
-	case errors.Is(err, core.ErrLogConflict):
+	case errors.Is(err, replog.ErrConflict):
 		return Conflict
 	case errors.Is(err, ErrRefused):
 		return Refused

@@ -1,4 +1,4 @@
-package core
+package replica
 
 import (
 	"bytes"
@@ -6,26 +6,39 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/durable-go/durable/core/internal/walship"
+	"github.com/durable-go/durable/replog"
 )
 
-// replOpTimeout bounds one call to the log or the leases. It does not derive from the runtime's
-// base context: the commits and lease hand-offs of Shutdown's drain run after that is cancelled.
-const replOpTimeout = 10 * time.Second
+// opTimeout bounds one call to the log or the leases. It does not derive from the runtime's base
+// context: the commits and lease hand-offs of Shutdown's drain run after that is cancelled.
+const opTimeout = 10 * time.Second
 
-// replCtx is the context of one call to the log or the leases.
-func replCtx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), replOpTimeout)
+// opCtx is the context of one call to the log or the leases.
+func opCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), opTimeout)
 }
 
-// replicaNode is the runtime's side of cluster mode: the leases this node holds, renewed by one
-// goroutine, and the foreign leases it has seen, for the takeover rule.
-type replicaNode struct {
-	cfg    Replication
+// Config is a node's cluster mode, with the runtime's defaults applied.
+type Config struct {
+	Node          string // this node's name: the lease holder's
+	Log           replog.Log
+	Leases        replog.Leases
+	LeaseTTL      time.Duration
+	SnapshotEvery int
+	Now           func() time.Time // the runtime's clock
+	Logger        *slog.Logger
+}
+
+// Node is the runtime's side of cluster mode: the leases this node holds, renewed by one goroutine
+// that Start starts and Close stops, and the foreign leases it has seen, for the takeover rule.
+type Node struct {
+	cfg    Config
 	margin time.Duration // a lease is valid for LeaseTTL less margin after its renewal began
 
 	mu       sync.Mutex
@@ -38,37 +51,35 @@ type replicaNode struct {
 	commits, records, recordBytes, pageBytes, snapshots atomic.Int64
 }
 
-// ReplicationStats are counters of cluster mode over the runtime's life.
-type ReplicationStats struct {
-	Commits     int64 // commits shipped to the log
-	Records     int64 // records they took (a commit over MaxRecordBytes takes several)
-	RecordBytes int64 // their size, as appended
-	PageBytes   int64 // the page images they carried, before compression
-	Snapshots   int64 // snapshots written
-
-	// HeldLeases is the number of leases this node holds now (its resident objects').
-	HeldLeases int64
-	// WatchedLeases is the number of other nodes' leases this node is timing for the takeover rule:
-	// those it read in the last 2 LeaseTTL, for calls it refused.
-	WatchedLeases int64
+// Start starts a node's cluster mode: its renewer runs until Close.
+func Start(cfg Config) *Node {
+	n := &Node{cfg: cfg, margin: cfg.LeaseTTL / 8, held: map[string]*lease{}, seen: map[string]seenLease{},
+		stop: make(chan struct{}), done: make(chan struct{})}
+	go n.renewer()
+	return n
 }
 
-// ReplicationStats returns cluster mode's counters (zero without Options.Replication).
-func (rt *Runtime) ReplicationStats() ReplicationStats {
-	n := rt.repl
-	if n == nil {
-		return ReplicationStats{}
-	}
+// Name is this node's name.
+func (n *Node) Name() string { return n.cfg.Node }
+
+// Stats are a node's counters over its life, and its leases now.
+type Stats struct {
+	Commits, Records, RecordBytes, PageBytes, Snapshots int64
+	HeldLeases, WatchedLeases                           int64
+}
+
+// Stats returns the node's counters.
+func (n *Node) Stats() Stats {
 	n.mu.Lock()
 	held, watched := int64(len(n.held)), int64(len(n.seen))
 	n.mu.Unlock()
-	return ReplicationStats{Commits: n.commits.Load(), Records: n.records.Load(), RecordBytes: n.recordBytes.Load(),
+	return Stats{Commits: n.commits.Load(), Records: n.records.Load(), RecordBytes: n.recordBytes.Load(),
 		PageBytes: n.pageBytes.Load(), Snapshots: n.snapshots.Load(), HeldLeases: held, WatchedLeases: watched}
 }
 
-func (n *replicaNode) shipped(nrecs int, c *walship.Commit, recs [][]byte) {
+func (n *Node) shipped(c *walship.Commit, recs [][]byte) {
 	n.commits.Add(1)
-	n.records.Add(int64(nrecs))
+	n.records.Add(int64(len(recs)))
 	n.pageBytes.Add(int64(c.Bytes()))
 	for _, r := range recs {
 		n.recordBytes.Add(int64(len(r)))
@@ -84,7 +95,7 @@ type seenLease struct {
 // forgetSeenAfter is how long a foreign lease is remembered after this node last read it. A node
 // asked for many objects that others own would otherwise remember them all; one forgotten and asked
 // for again is timed afresh, so its takeover takes LeaseTTL from then.
-func (n *replicaNode) forgetSeenAfter() time.Duration { return 2 * n.cfg.LeaseTTL }
+func (n *Node) forgetSeenAfter() time.Duration { return 2 * n.cfg.LeaseTTL }
 
 // leaseValue is what a lease holds.
 type leaseValue struct {
@@ -104,42 +115,9 @@ type lease struct {
 	released bool      // handed back (Delete), or given up
 }
 
-// validate checks the options of cluster mode at Open.
-func (r *Replication) validate() error {
-	if r == nil {
-		return nil
-	}
-	switch {
-	case r.Node == "":
-		return errors.New("core: Options.Replication.Node is required")
-	case r.Log == nil:
-		return errors.New("core: Options.Replication.Log is nil")
-	case r.Leases == nil:
-		return errors.New("core: Options.Replication.Leases is nil")
-	case r.LeaseTTL < 0 || r.SnapshotEvery < 0:
-		return errors.New("core: Options.Replication.LeaseTTL and SnapshotEvery must not be negative")
-	}
-	return nil
-}
-
-// openReplication starts cluster mode, if configured.
-func (rt *Runtime) openReplication() {
-	r := rt.opts.Replication
-	if r == nil {
-		return
-	}
-	cfg := *r
-	orDefault(&cfg.LeaseTTL, 4*time.Second)
-	orDefault(&cfg.SnapshotEvery, 1000)
-	rt.repl = &replicaNode{cfg: cfg, margin: cfg.LeaseTTL / 8, held: map[string]*lease{}, seen: map[string]seenLease{},
-		stop: make(chan struct{}), done: make(chan struct{})}
-	go rt.repl.renewer(rt)
-}
-
 // renewer renews the leases of resident objects every quarter LeaseTTL, and forgets the foreign
-// leases not read for forgetSeenAfter. It is owned by the runtime: Shutdown stops it and waits for
-// it, once the objects are closed.
-func (n *replicaNode) renewer(rt *Runtime) {
+// leases not read for forgetSeenAfter. Close stops it and waits for it.
+func (n *Node) renewer() {
 	defer close(n.done)
 	t := time.NewTicker(n.cfg.LeaseTTL / 4)
 	defer t.Stop()
@@ -149,7 +127,7 @@ func (n *replicaNode) renewer(rt *Runtime) {
 			return
 		case <-t.C:
 		}
-		now := rt.now()
+		now := n.cfg.Now()
 		n.mu.Lock()
 		ls := make([]*lease, 0, len(n.held))
 		for _, l := range n.held {
@@ -161,7 +139,7 @@ func (n *replicaNode) renewer(rt *Runtime) {
 			}
 		}
 		n.mu.Unlock()
-		n.renewAll(rt, ls)
+		n.renewAll(ls)
 	}
 }
 
@@ -170,14 +148,14 @@ func (n *replicaNode) renewer(rt *Runtime) {
 const renewWorkers = 32
 
 // renewAll renews ls, renewWorkers at a time, and returns once every renewal has returned.
-func (n *replicaNode) renewAll(rt *Runtime, ls []*lease) {
+func (n *Node) renewAll(ls []*lease) {
 	work := make(chan *lease)
 	var wg sync.WaitGroup
 	for range min(len(ls), renewWorkers) {
 		wg.Go(func() {
 			for l := range work {
-				if err := n.renew(rt, l); err != nil && !errors.Is(err, ErrFenced) {
-					rt.log.Warn("a lease could not be renewed", "event", "lease_renew_failed", "key", l.key, "error", err)
+				if err := n.renew(l); err != nil && !errors.Is(err, ErrFenced) {
+					n.cfg.Logger.Warn("a lease could not be renewed", "event", "lease_renew_failed", "key", l.key, "error", err)
 				}
 			}
 		})
@@ -189,8 +167,8 @@ func (n *replicaNode) renewAll(rt *Runtime, ls []*lease) {
 	wg.Wait()
 }
 
-// close stops the renewer and hands back the leases still held (objects that could not be closed).
-func (n *replicaNode) close(rt *Runtime) error {
+// Close stops the renewer and hands back the leases still held (objects that could not be closed).
+func (n *Node) Close() error {
 	n.stopOnce.Do(func() { close(n.stop) })
 	<-n.done
 	n.mu.Lock()
@@ -207,14 +185,14 @@ func (n *replicaNode) close(rt *Runtime) error {
 }
 
 // valid reports whether the lease is provably held now: renewed within LeaseTTL less the margin.
-func (n *replicaNode) valid(rt *Runtime, l *lease) bool {
+func (n *Node) valid(l *lease) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return !l.lost && !l.released && rt.now().Sub(l.renewed) < n.cfg.LeaseTTL-n.margin
+	return !l.lost && !l.released && n.cfg.Now().Sub(l.renewed) < n.cfg.LeaseTTL-n.margin
 }
 
 // renew extends the lease. ErrFenced: another node took it over.
-func (n *replicaNode) renew(rt *Runtime, l *lease) error {
+func (n *Node) renew(l *lease) error {
 	l.renewing.Lock()
 	defer l.renewing.Unlock()
 	l.mu.Lock()
@@ -228,8 +206,8 @@ func (n *replicaNode) renew(rt *Runtime, l *lease) error {
 	}
 	rev, value := l.rev, l.value
 	l.mu.Unlock()
-	start := rt.now()
-	ctx, cancel := replCtx()
+	start := n.cfg.Now()
+	ctx, cancel := opCtx()
 	defer cancel()
 	nrev, err := n.cfg.Leases.Put(ctx, l.key, value, rev)
 	if err != nil {
@@ -237,7 +215,7 @@ func (n *replicaNode) renew(rt *Runtime, l *lease) error {
 		// told: if the lease holds this node's value at another revision, it is still this node's,
 		// renewed from there.
 		if grev, gval, gerr := n.cfg.Leases.Get(ctx, l.key); gerr == nil && grev != 0 && grev != rev && bytes.Equal(gval, value) {
-			start = rt.now()
+			start = n.cfg.Now()
 			nrev, err = n.cfg.Leases.Put(ctx, l.key, value, grev)
 		}
 	}
@@ -247,7 +225,7 @@ func (n *replicaNode) renew(rt *Runtime, l *lease) error {
 	case err == nil:
 		l.rev, l.renewed = nrev, start
 		return nil
-	case errors.Is(err, ErrLeaseConflict):
+	case errors.Is(err, replog.ErrLeaseConflict):
 		l.lost = true
 		n.forget(l)
 		return fmt.Errorf("%w: the lease %q was taken over", ErrFenced, l.key)
@@ -257,24 +235,24 @@ func (n *replicaNode) renew(rt *Runtime, l *lease) error {
 }
 
 // check proves the lease valid for a turn, renewing it now if its last renewal is too old.
-func (n *replicaNode) check(rt *Runtime, l *lease) error {
-	if n.valid(rt, l) {
+func (n *Node) check(l *lease) error {
+	if n.valid(l) {
 		return nil
 	}
-	if err := n.renew(rt, l); err != nil {
+	if err := n.renew(l); err != nil {
 		if errors.Is(err, ErrFenced) {
 			return err
 		}
-		return fmt.Errorf("%w: %v", ErrLeaseUnproven, err)
+		return fmt.Errorf("%w: %w", ErrLeaseUnproven, err)
 	}
-	if !n.valid(rt, l) {
+	if !n.valid(l) {
 		return fmt.Errorf("%w: the lease %q was renewed too slowly to be valid", ErrLeaseUnproven, l.key)
 	}
 	return nil
 }
 
 // forget stops renewing l. n.mu is not held; l.mu may be.
-func (n *replicaNode) forget(l *lease) {
+func (n *Node) forget(l *lease) {
 	n.mu.Lock()
 	if n.held[l.key] == l {
 		delete(n.held, l.key)
@@ -283,7 +261,7 @@ func (n *replicaNode) forget(l *lease) {
 }
 
 // release hands the lease back (Delete), so that another node may take the object at once.
-func (n *replicaNode) release(l *lease) error {
+func (n *Node) release(l *lease) error {
 	l.renewing.Lock()
 	defer l.renewing.Unlock()
 	l.mu.Lock()
@@ -296,9 +274,9 @@ func (n *replicaNode) release(l *lease) error {
 	rev := l.rev
 	l.mu.Unlock()
 	n.forget(l)
-	ctx, cancel := replCtx()
+	ctx, cancel := opCtx()
 	defer cancel()
-	if err := n.cfg.Leases.Delete(ctx, l.key, rev); err != nil && !errors.Is(err, ErrLeaseConflict) {
+	if err := n.cfg.Leases.Delete(ctx, l.key, rev); err != nil && !errors.Is(err, replog.ErrLeaseConflict) {
 		return fmt.Errorf("core: hand back the lease %q: %w", l.key, err)
 	}
 	return nil
@@ -306,15 +284,15 @@ func (n *replicaNode) release(l *lease) error {
 
 // take takes the lease of key for this node: a free lease at once, another node's only once this
 // node has seen it unrenewed (its revision unchanged) for LeaseTTL by its own clock. Otherwise it
-// fails with a *NotOwnerError naming the holder.
-func (n *replicaNode) take(rt *Runtime, key string) (*lease, error) {
-	ctx, cancel := replCtx()
+// fails with a *NotOwner naming the holder.
+func (n *Node) take(key string) (*lease, error) {
+	ctx, cancel := opCtx()
 	defer cancel()
 	rev, val, err := n.cfg.Leases.Get(ctx, key)
 	if err != nil {
-		return nil, fmt.Errorf("%w: read the lease %q: %v", ErrLeaseUnproven, key, err)
+		return nil, fmt.Errorf("%w: read the lease %q: %w", ErrLeaseUnproven, key, err)
 	}
-	now := rt.now()
+	now := n.cfg.Now()
 	if rev != 0 {
 		var v leaseValue
 		_ = json.Unmarshal(val, &v)
@@ -327,12 +305,12 @@ func (n *replicaNode) take(rt *Runtime, key string) (*lease, error) {
 		n.seen[key] = s
 		n.mu.Unlock()
 		if now.Sub(s.at) < n.cfg.LeaseTTL {
-			return nil, &NotOwnerError{Key: key, Holder: v.Node, Until: s.at.Add(n.cfg.LeaseTTL)}
+			return nil, &NotOwner{Key: key, Holder: v.Node, Until: s.at.Add(n.cfg.LeaseTTL)}
 		}
 	}
 	value, _ := json.Marshal(leaseValue{Node: n.cfg.Node})
 	nrev, err := n.cfg.Leases.Put(ctx, key, value, rev)
-	if errors.Is(err, ErrLeaseConflict) { // another node was quicker
+	if errors.Is(err, replog.ErrLeaseConflict) { // another node was quicker
 		holder := "another node"
 		if _, val, gerr := n.cfg.Leases.Get(ctx, key); gerr == nil && val != nil {
 			var v leaseValue
@@ -340,10 +318,10 @@ func (n *replicaNode) take(rt *Runtime, key string) (*lease, error) {
 				holder = v.Node
 			}
 		}
-		return nil, &NotOwnerError{Key: key, Holder: holder, Until: now.Add(n.cfg.LeaseTTL)}
+		return nil, &NotOwner{Key: key, Holder: holder, Until: now.Add(n.cfg.LeaseTTL)}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: take the lease %q: %v", ErrLeaseUnproven, key, err)
+		return nil, fmt.Errorf("%w: take the lease %q: %w", ErrLeaseUnproven, key, err)
 	}
 	l := &lease{key: key, rev: nrev, value: value, renewed: now}
 	n.mu.Lock()

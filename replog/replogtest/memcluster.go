@@ -1,4 +1,4 @@
-package coretest
+package replogtest
 
 import (
 	"bytes"
@@ -8,7 +8,7 @@ import (
 	"io"
 	"sync"
 
-	"github.com/durable-go/durable/core"
+	"github.com/durable-go/durable/replog"
 )
 
 // MemCluster is an in-memory replicating engine for tests of cluster mode: one log and one lease
@@ -77,7 +77,7 @@ func (c *MemCluster) Blobs() []string {
 }
 
 // ErrCut is the error of every call through a view that is cut off (see MemNode.CutLog).
-var ErrCut = errors.New("coretest: node cut off from the engine")
+var ErrCut = errors.New("replogtest: node cut off from the engine")
 
 // MemNode is one runtime's view of a MemCluster.
 type MemNode struct {
@@ -114,10 +114,10 @@ func (n *MemNode) BeforeAppend(fn func(key string, rec []byte) error) {
 }
 
 // Log is the node's view of the log.
-func (n *MemNode) Log() core.Log { return memLog{n} }
+func (n *MemNode) Log() replog.Log { return memLog{n} }
 
 // Leases is the node's view of the leases.
-func (n *MemNode) Leases() core.Leases { return memLeases{n} }
+func (n *MemNode) Leases() replog.Leases { return memLeases{n} }
 
 type memLog struct{ n *MemNode }
 
@@ -143,7 +143,7 @@ func (l memLog) Append(ctx context.Context, key string, expect uint64, rec []byt
 	}
 	n.mu.Unlock()
 	if cut || drop {
-		return 0, fmt.Errorf("coretest: append to %q: %w", key, core.ErrLogUnknown)
+		return 0, fmt.Errorf("replogtest: append to %q: %w", key, replog.ErrUnknown)
 	}
 	if before != nil {
 		if err := before(key, rec); err != nil {
@@ -151,7 +151,7 @@ func (l memLog) Append(ctx context.Context, key string, expect uint64, rec []byt
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return 0, fmt.Errorf("%w: %v", core.ErrLogUnknown, err)
+		return 0, fmt.Errorf("%w: %v", replog.ErrUnknown, err)
 	}
 	c := n.c
 	c.mu.Lock()
@@ -161,7 +161,7 @@ func (l memLog) Append(ctx context.Context, key string, expect uint64, rec []byt
 	}
 	if last != expect {
 		c.mu.Unlock()
-		return 0, fmt.Errorf("coretest: key %q is at %d, not %d: %w", key, last, expect, core.ErrLogConflict)
+		return 0, fmt.Errorf("replogtest: key %q is at %d, not %d: %w", key, last, expect, replog.ErrConflict)
 	}
 	c.seq++
 	seq := c.seq
@@ -170,7 +170,7 @@ func (l memLog) Append(ctx context.Context, key string, expect uint64, rec []byt
 	c.bytes += int64(len(rec))
 	c.mu.Unlock()
 	if lose {
-		return 0, fmt.Errorf("coretest: append to %q: acknowledgement lost: %w", key, core.ErrLogUnknown)
+		return 0, fmt.Errorf("replogtest: append to %q: acknowledgement lost: %w", key, replog.ErrUnknown)
 	}
 	return seq, nil
 }
@@ -248,7 +248,7 @@ func (l memLog) GetBlob(_ context.Context, name string, w io.Writer) error {
 	b, ok := c.blobs[name]
 	c.mu.Unlock()
 	if !ok {
-		return fmt.Errorf("coretest: blob %q: %w", name, core.ErrNoObject)
+		return fmt.Errorf("replogtest: blob %q: %w", name, replog.ErrNoBlob)
 	}
 	_, err := w.Write(b)
 	return err
@@ -298,7 +298,7 @@ func (ls memLeases) Put(_ context.Context, key string, value []byte, rev uint64)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.leases[key].seq != rev {
-		return 0, fmt.Errorf("coretest: lease %q is at %d, not %d: %w", key, c.leases[key].seq, rev, core.ErrLeaseConflict)
+		return 0, fmt.Errorf("replogtest: lease %q is at %d, not %d: %w", key, c.leases[key].seq, rev, replog.ErrLeaseConflict)
 	}
 	c.rev++
 	c.leases[key] = memRec{c.rev, bytes.Clone(value)}
@@ -314,7 +314,7 @@ func (ls memLeases) Delete(_ context.Context, key string, rev uint64) error {
 	defer c.mu.Unlock()
 	v, ok := c.leases[key]
 	if !ok || v.seq != rev {
-		return fmt.Errorf("coretest: lease %q: %w", key, core.ErrLeaseConflict)
+		return fmt.Errorf("replogtest: lease %q: %w", key, replog.ErrLeaseConflict)
 	}
 	delete(c.leases, key)
 	return nil

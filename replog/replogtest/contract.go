@@ -1,4 +1,4 @@
-package coretest
+package replogtest
 
 import (
 	"bytes"
@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/durable-go/durable/core"
+	"github.com/durable-go/durable/replog"
 )
 
 // contractTimeout bounds each check of the contract suites, so that an engine that hangs fails the
@@ -33,11 +33,11 @@ var contractKeys = []string{
 	"other/a.b",
 }
 
-// LogContract checks that the logs newLog returns keep the promises of core.Log: expected-sequence
+// LogContract checks that the logs newLog returns keep the promises of replog.Log: expected-sequence
 // appends with exactly one winner, conflicts that append nothing, reads in order up to the last
 // record when the read began, trims, and blobs. newLog must return an empty log (or one whose keys
 // the test does not share with another) and arrange its own cleanup with t.Cleanup.
-func LogContract(t *testing.T, newLog func(t *testing.T) core.Log) {
+func LogContract(t *testing.T, newLog func(t *testing.T) replog.Log) {
 	t.Run("EmptyKey", func(t *testing.T) {
 		l, ctx := newLog(t), contractContext(t)
 		seq, rec, err := l.Last(ctx, "counters/none")
@@ -103,10 +103,10 @@ func LogContract(t *testing.T, newLog func(t *testing.T) core.Log) {
 		s2 := mustAppend(t, l, "counters/c", s1, "two")
 		for _, expect := range []uint64{0, s1, s2 + 1, s2 + 1000} {
 			_, err := l.Append(ctx, "counters/c", expect, []byte("stale"))
-			if !errors.Is(err, core.ErrLogConflict) {
+			if !errors.Is(err, replog.ErrConflict) {
 				t.Errorf("Append expecting %d while the last record is %d: %v; want ErrLogConflict", expect, s2, err)
 			}
-			if errors.Is(err, core.ErrLogUnknown) {
+			if errors.Is(err, replog.ErrUnknown) {
 				t.Errorf("Append expecting %d: a refused append is a known outcome, not ErrLogUnknown: %v", expect, err)
 			}
 		}
@@ -152,7 +152,7 @@ func LogContract(t *testing.T, newLog func(t *testing.T) core.Log) {
 		const writers, rounds = 8, 5
 		var last uint64
 		for round := range rounds {
-			winners, seqs, other := race(writers, core.ErrLogConflict, func(w int) (uint64, error) {
+			winners, seqs, other := race(writers, replog.ErrConflict, func(w int) (uint64, error) {
 				return l.Append(ctx, "counters/race", last, fmt.Appendf(nil, "r%d w%d", round, w))
 			})
 			if len(other) > 0 {
@@ -333,8 +333,8 @@ func LogContract(t *testing.T, newLog func(t *testing.T) core.Log) {
 	t.Run("Blobs", func(t *testing.T) {
 		l, ctx := newLog(t), contractContext(t)
 		var w bytes.Buffer
-		if err := l.GetBlob(ctx, "snap/none", &w); !errors.Is(err, core.ErrNoObject) {
-			t.Fatalf("GetBlob of a name never put: %v; want ErrNoObject", err)
+		if err := l.GetBlob(ctx, "snap/none", &w); !errors.Is(err, replog.ErrNoBlob) {
+			t.Fatalf("GetBlob of a name never put: %v; want ErrNoBlob", err)
 		}
 		big := make([]byte, 3<<20+17)
 		for i := range big {
@@ -375,8 +375,8 @@ func LogContract(t *testing.T, newLog func(t *testing.T) core.Log) {
 		if err := l.DeleteBlob(ctx, names[1]); err != nil {
 			t.Fatalf("DeleteBlob %q: %v", names[1], err)
 		}
-		if err := l.GetBlob(ctx, names[1], io.Discard); !errors.Is(err, core.ErrNoObject) {
-			t.Fatalf("GetBlob after DeleteBlob: %v; want ErrNoObject", err)
+		if err := l.GetBlob(ctx, names[1], io.Discard); !errors.Is(err, replog.ErrNoBlob) {
+			t.Fatalf("GetBlob after DeleteBlob: %v; want ErrNoBlob", err)
 		}
 		w.Reset()
 		if err := l.GetBlob(ctx, names[2], &w); err != nil || w.Len() != len(big)+1 {
@@ -388,7 +388,7 @@ func LogContract(t *testing.T, newLog func(t *testing.T) core.Log) {
 			t.Fatalf("PutBlob from a reader that fails: nil error")
 		}
 		w.Reset()
-		if err := l.GetBlob(ctx, names[2], &w); err != nil && !errors.Is(err, core.ErrNoObject) {
+		if err := l.GetBlob(ctx, names[2], &w); err != nil && !errors.Is(err, replog.ErrNoBlob) {
 			t.Fatalf("GetBlob after a failed PutBlob: %v", err)
 		} else if err == nil && !bytes.Equal(w.Bytes(), append([]byte{2}, big...)) {
 			t.Fatalf("GetBlob after a failed PutBlob returned %d bytes: neither the old blob nor none", w.Len())
@@ -400,20 +400,20 @@ type errReader struct{}
 
 func (errReader) Read([]byte) (int, error) { return 0, errors.New("source failed") }
 
-// LeasesContract checks that the lease maps newLeases returns keep the promises of core.Leases:
+// LeasesContract checks that the lease maps newLeases returns keep the promises of replog.Leases:
 // create, compare-and-set update and delete, with exactly one winner among racing writers and
 // revisions that only grow. newLeases must return an empty map and arrange its own cleanup.
-func LeasesContract(t *testing.T, newLeases func(t *testing.T) core.Leases) {
+func LeasesContract(t *testing.T, newLeases func(t *testing.T) replog.Leases) {
 	t.Run("Missing", func(t *testing.T) {
 		ls, ctx := newLeases(t), contractContext(t)
 		rev, val, err := ls.Get(ctx, "counters/none")
 		if err != nil || rev != 0 || val != nil {
 			t.Fatalf("Get of a missing key = %d, %q, %v; want 0, nil, nil", rev, val, err)
 		}
-		if _, err := ls.Put(ctx, "counters/none", []byte("n1"), 5); !errors.Is(err, core.ErrLeaseConflict) {
+		if _, err := ls.Put(ctx, "counters/none", []byte("n1"), 5); !errors.Is(err, replog.ErrLeaseConflict) {
 			t.Fatalf("Put with revision 5 of a missing key: %v; want ErrLeaseConflict", err)
 		}
-		if err := ls.Delete(ctx, "counters/none", 5); !errors.Is(err, core.ErrLeaseConflict) {
+		if err := ls.Delete(ctx, "counters/none", 5); !errors.Is(err, replog.ErrLeaseConflict) {
 			t.Fatalf("Delete with revision 5 of a missing key: %v; want ErrLeaseConflict", err)
 		}
 		if rev, val, err := ls.Get(ctx, "counters/none"); err != nil || rev != 0 || val != nil {
@@ -427,7 +427,7 @@ func LeasesContract(t *testing.T, newLeases func(t *testing.T) core.Leases) {
 		if err != nil || r1 == 0 {
 			t.Fatalf("Put creating = %d, %v; want a revision", r1, err)
 		}
-		if _, err := ls.Put(ctx, "counters/x", []byte("n2"), 0); !errors.Is(err, core.ErrLeaseConflict) {
+		if _, err := ls.Put(ctx, "counters/x", []byte("n2"), 0); !errors.Is(err, replog.ErrLeaseConflict) {
 			t.Fatalf("Put creating a key that exists: %v; want ErrLeaseConflict", err)
 		}
 		mustGet(t, ls, "counters/x", r1, "n1")
@@ -437,10 +437,10 @@ func LeasesContract(t *testing.T, newLeases func(t *testing.T) core.Leases) {
 		}
 		mustGet(t, ls, "counters/x", r2, "n1 again")
 		for _, stale := range []uint64{r1, r2 + 1} {
-			if _, err := ls.Put(ctx, "counters/x", []byte("n2"), stale); !errors.Is(err, core.ErrLeaseConflict) {
+			if _, err := ls.Put(ctx, "counters/x", []byte("n2"), stale); !errors.Is(err, replog.ErrLeaseConflict) {
 				t.Fatalf("Put at revision %d while the key is at %d: %v; want ErrLeaseConflict", stale, r2, err)
 			}
-			if err := ls.Delete(ctx, "counters/x", stale); !errors.Is(err, core.ErrLeaseConflict) {
+			if err := ls.Delete(ctx, "counters/x", stale); !errors.Is(err, replog.ErrLeaseConflict) {
 				t.Fatalf("Delete at revision %d while the key is at %d: %v; want ErrLeaseConflict", stale, r2, err)
 			}
 		}
@@ -451,7 +451,7 @@ func LeasesContract(t *testing.T, newLeases func(t *testing.T) core.Leases) {
 		if rev, val, err := ls.Get(ctx, "counters/x"); err != nil || rev != 0 || val != nil {
 			t.Fatalf("Get after Delete = %d, %q, %v; want 0, nil, nil", rev, val, err)
 		}
-		if _, err := ls.Put(ctx, "counters/x", []byte("n2"), r2); !errors.Is(err, core.ErrLeaseConflict) {
+		if _, err := ls.Put(ctx, "counters/x", []byte("n2"), r2); !errors.Is(err, replog.ErrLeaseConflict) {
 			t.Fatalf("Put at the deleted key's old revision: %v; want ErrLeaseConflict", err)
 		}
 		// Created again, the key's revisions go on growing: an old revision never comes back.
@@ -489,7 +489,7 @@ func LeasesContract(t *testing.T, newLeases func(t *testing.T) core.Leases) {
 		var rev uint64
 		for round := range rounds {
 			val := func(w int) string { return fmt.Sprintf("r%d n%d", round, w) }
-			ws, revs, other := race(writers, core.ErrLeaseConflict, func(w int) (uint64, error) {
+			ws, revs, other := race(writers, replog.ErrLeaseConflict, func(w int) (uint64, error) {
 				return ls.Put(ctx, "counters/race", []byte(val(w)), rev)
 			})
 			if len(other) > 0 {
@@ -519,7 +519,7 @@ func LeasesContract(t *testing.T, newLeases func(t *testing.T) core.Leases) {
 					mu.Lock()
 					deletes++
 					mu.Unlock()
-				} else if !errors.Is(err, core.ErrLeaseConflict) {
+				} else if !errors.Is(err, replog.ErrLeaseConflict) {
 					t.Errorf("racing Delete: %v", err)
 				}
 			})
@@ -537,7 +537,7 @@ func contractContext(t *testing.T) context.Context {
 	return ctx
 }
 
-func mustAppend(t *testing.T, l core.Log, key string, expect uint64, rec string) uint64 {
+func mustAppend(t *testing.T, l replog.Log, key string, expect uint64, rec string) uint64 {
 	t.Helper()
 	seq, err := l.Append(contractContext(t), key, expect, []byte(rec))
 	if err != nil {
@@ -546,7 +546,7 @@ func mustAppend(t *testing.T, l core.Log, key string, expect uint64, rec string)
 	return seq
 }
 
-func lastOf(t *testing.T, l core.Log, key string) uint64 {
+func lastOf(t *testing.T, l replog.Log, key string) uint64 {
 	t.Helper()
 	seq, _, err := l.Last(contractContext(t), key)
 	if err != nil {
@@ -555,7 +555,7 @@ func lastOf(t *testing.T, l core.Log, key string) uint64 {
 	return seq
 }
 
-func readAll(t *testing.T, l core.Log, key string, after uint64) []string {
+func readAll(t *testing.T, l replog.Log, key string, after uint64) []string {
 	t.Helper()
 	var recs []string
 	if err := l.Read(contractContext(t), key, after, func(_ uint64, rec []byte) error {
@@ -567,7 +567,7 @@ func readAll(t *testing.T, l core.Log, key string, after uint64) []string {
 	return recs
 }
 
-func mustGet(t *testing.T, ls core.Leases, key string, rev uint64, val string) {
+func mustGet(t *testing.T, ls replog.Leases, key string, rev uint64, val string) {
 	t.Helper()
 	gotRev, gotVal, err := ls.Get(contractContext(t), key)
 	if err != nil || gotRev != rev || string(gotVal) != val {

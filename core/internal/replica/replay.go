@@ -1,0 +1,333 @@
+package replica
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/durable-go/durable/core/internal/sqlstore"
+	"github.com/durable-go/durable/core/internal/walship"
+	"github.com/durable-go/durable/internal/logrecord"
+	"github.com/durable-go/durable/replog"
+)
+
+var errNotAt = errors.New("core: the local file is not at this record")
+
+// replay reads the object's log after sequence after into the local file: with want, the local file
+// itself, which must be at the commit of batch want, the first record after after (at reports
+// whether it was); without, a new file built from nothing, which replaces the local one. It sets
+// the object's log position and returns the last epoch read.
+func (x *Object) replay(h Host, after uint64, want *logrecord.BatchID, st *sqlstore.DB) (lastEpoch uint64, at bool, _ *sqlstore.DB, err error) {
+	path := x.path
+	target := path + ".rebuild"
+	if want != nil {
+		target = path
+	}
+	var f *os.File
+	written := false                   // the target was written to
+	open := func() (*os.File, error) { // the local file is written only once st is closed
+		if f != nil {
+			return f, nil
+		}
+		if st != nil {
+			err := st.ExecOwn("PRAGMA wal_checkpoint(TRUNCATE)")
+			if cerr := st.Close(); err == nil {
+				err = cerr
+			}
+			st = nil
+			if err != nil {
+				return nil, err
+			}
+		}
+		flags := os.O_RDWR | os.O_CREATE
+		if want == nil {
+			flags |= os.O_TRUNC
+		}
+		var err error
+		f, err = os.OpenFile(target, flags, 0o644)
+		written = err == nil
+		return f, err
+	}
+	if want == nil {
+		if _, err := open(); err != nil {
+			return 0, false, nil, err
+		}
+	}
+	defer func() {
+		if f != nil {
+			f.Close()
+		}
+		if want == nil || err != nil && written {
+			os.Remove(target)
+		}
+	}()
+	var (
+		seq, sum  uint64
+		chained   bool
+		first     = true
+		waiting   = want != nil // for the records of the file's own batch
+		parts     []byte        // the payload of the commit being read, part by part
+		partBatch logrecord.BatchID
+		nextPart  uint32
+		data      = want != nil // the target holds a database
+		records   int
+		snapped   bool // a snapshot record was read: records counts from it
+		blob      = x.snapBlob
+		pages     = pageCache{open: open}
+		raw       bytes.Buffer
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*opTimeout)
+	defer cancel()
+	err = x.n.cfg.Log.Read(ctx, x.key, after, func(s uint64, b []byte) error {
+		r, err := logrecord.Decode(b)
+		if err != nil {
+			return fmt.Errorf("record %d: %w", s, err)
+		}
+		if waiting { // catching up: the file's own batch comes first, and complete
+			if r.Kind != logrecord.Commit || r.Batch != *want || first && r.Part != 0 {
+				return errNotAt
+			}
+			waiting = r.HasMore()
+		}
+		if chained && r.Prev != sum {
+			return fmt.Errorf("record %d: %w: not chained to record %d", s, errBadRecord, seq)
+		}
+		if r.Epoch < lastEpoch {
+			return fmt.Errorf("record %d: %w: epoch %d after epoch %d", s, errBadRecord, r.Epoch, lastEpoch)
+		}
+		first, chained, seq, sum, lastEpoch = false, true, s, r.Sum, r.Epoch
+		records++
+		switch r.Kind {
+		case logrecord.Epoch:
+			parts = nil // a commit left in parts by a writer that stopped: never complete
+		case logrecord.Snapshot:
+			parts = nil
+			records, snapped = 0, true
+			info, err := decodeSnapshot(r.Payload)
+			if err != nil {
+				return fmt.Errorf("record %d: %w", s, err)
+			}
+			blob = info.Blob
+			if want != nil {
+				return nil // a snapshot of a state the file went through
+			}
+			pages.drop()
+			if err := loadSnapshot(ctx, x.n.cfg.Log, info, f); err != nil { // f is open: not catching up
+				return fmt.Errorf("record %d: %w", s, err)
+			}
+			data = true
+		case logrecord.Commit:
+			if r.Part == 0 {
+				parts, partBatch, nextPart = parts[:0], r.Batch, 0
+			} else if r.Batch != partBatch || r.Part != nextPart || parts == nil {
+				return fmt.Errorf("record %d: %w: part %d of a commit out of place", s, errBadRecord, r.Part)
+			}
+			parts = append(parts, r.Payload...)
+			nextPart++
+			if r.HasMore() {
+				return nil
+			}
+			b, err := unpack(parts, r.Flags, &raw)
+			parts = nil
+			if err != nil {
+				return fmt.Errorf("record %d: %w", s, err)
+			}
+			if want != nil && r.Batch == *want {
+				return nil // the local file's own commit
+			}
+			c, err := decodeCommit(b)
+			if err != nil {
+				return fmt.Errorf("record %d: %w", s, err)
+			}
+			if err := pages.add(c); err != nil {
+				return err
+			}
+			data = true
+		default:
+			return fmt.Errorf("record %d: %w: kind %d", s, errBadRecord, r.Kind)
+		}
+		return nil
+	})
+	if err == nil {
+		err = pages.flush()
+	}
+	if errors.Is(err, errNotAt) || waiting {
+		return 0, false, st, nil // nothing written: the file's own batch is checked before anything
+	}
+	if err != nil {
+		if want != nil && written {
+			removeLocal(path) // partly caught up: a cache no longer
+		}
+		return 0, false, st, fmt.Errorf("core: read the log of %s: %w", x.key, err)
+	}
+	if f != nil {
+		if err = f.Sync(); err == nil {
+			err = f.Close()
+		}
+		f = nil
+		if err != nil {
+			return 0, false, nil, err
+		}
+	}
+	if want == nil {
+		removeLocal(path)
+		if data {
+			if err = os.Rename(target, path); err != nil {
+				return 0, false, nil, err
+			}
+			syncDir(filepath.Dir(path))
+		}
+		h.Replaced()
+	}
+	x.seq, x.sum, x.snapBlob = seq, sum, blob
+	if seq == 0 {
+		x.sum = 0
+	}
+	if want == nil || snapped {
+		x.records = records
+	} else {
+		x.records += records
+	}
+	return lastEpoch, true, st, nil
+}
+
+// pageCache gathers the pages of replayed commits, each page's last image, and writes them into the
+// file in one pass (a counter's commits rewrite the same few pages): at the end of the replay, or
+// once it holds replayCacheBytes.
+type pageCache struct {
+	open     func() (*os.File, error)
+	pages    map[uint32][]byte
+	pageSize int
+	dbPages  uint32
+	bytes    int
+}
+
+const replayCacheBytes = 64 << 20
+
+func (p *pageCache) add(c *walship.Commit) error {
+	if p.pageSize != 0 && p.pageSize != c.PageSize {
+		if err := p.flush(); err != nil {
+			return err
+		}
+	}
+	if p.pages == nil {
+		p.pages = map[uint32][]byte{}
+	}
+	shrank := c.DBPages < p.dbPages
+	p.pageSize, p.dbPages = c.PageSize, c.DBPages
+	for _, pg := range c.Pages {
+		if old, ok := p.pages[pg.No]; ok {
+			copy(old, pg.Data)
+			continue
+		}
+		p.pages[pg.No] = bytes.Clone(pg.Data)
+		p.bytes += len(pg.Data)
+	}
+	if shrank { // pages past the end are cut by the commit
+		for no := range p.pages {
+			if no > p.dbPages {
+				delete(p.pages, no)
+				p.bytes -= p.pageSize
+			}
+		}
+	}
+	if p.bytes >= replayCacheBytes {
+		return p.flush()
+	}
+	return nil
+}
+
+// flush writes the gathered pages and truncates the file to the last commit's size.
+func (p *pageCache) flush() error {
+	if p.pageSize == 0 {
+		return nil
+	}
+	f, err := p.open()
+	if err != nil {
+		return err
+	}
+	c := &walship.Commit{PageSize: p.pageSize, DBPages: p.dbPages}
+	for no, data := range p.pages {
+		c.Pages = append(c.Pages, walship.Page{No: no, Data: data})
+	}
+	slices.SortFunc(c.Pages, func(a, b walship.Page) int { return cmp.Compare(a.No, b.No) })
+	err = walship.WritePages(f, c)
+	p.drop()
+	return err
+}
+
+// drop forgets the gathered pages (a snapshot replaces the file).
+func (p *pageCache) drop() {
+	clear(p.pages)
+	p.pageSize, p.dbPages, p.bytes = 0, 0, 0
+}
+
+// loadSnapshot writes the snapshot's blob as the whole of f, checking its size and checksum.
+func loadSnapshot(ctx context.Context, log replog.Log, info *snapshotInfo, f *os.File) error {
+	if err := f.Truncate(0); err != nil {
+		return err
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	h := sha256.New()
+	cw := &countWriter{w: io.MultiWriter(f, h)}
+	if err := log.GetBlob(ctx, info.Blob, cw); err != nil {
+		return fmt.Errorf("snapshot %q: %w", info.Blob, err)
+	}
+	if cw.n != info.Size || !bytes.Equal(sumOf(h), info.SHA256[:]) {
+		return fmt.Errorf("%w: snapshot %q of %d bytes does not match its record (%d bytes)", errBadRecord, info.Blob, cw.n, info.Size)
+	}
+	return nil
+}
+
+func sumOf(h hash.Hash) []byte { return h.Sum(nil) }
+
+type countReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// removeLocal deletes an object's local file with its WAL and shared memory: a cache, rebuilt from
+// the log when needed.
+func removeLocal(path string) {
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		if err := os.Remove(path + suffix); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+	}
+}
+
+// syncDir makes a rename in dir durable.
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+}

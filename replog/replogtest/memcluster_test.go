@@ -1,0 +1,18 @@
+package replogtest_test
+
+import (
+	"testing"
+
+	"github.com/durable-go/durable/replog"
+	"github.com/durable-go/durable/replog/replogtest"
+)
+
+// S-CL10: the in-memory engine the cluster-mode tests run on keeps replog.Log's contract.
+func TestLogContract_MemCluster(t *testing.T) {
+	replogtest.LogContract(t, func(*testing.T) replog.Log { return replogtest.NewMemCluster().Node().Log() })
+}
+
+// S-CL10: and replog.Leases' contract.
+func TestLeasesContract_MemCluster(t *testing.T) {
+	replogtest.LeasesContract(t, func(*testing.T) replog.Leases { return replogtest.NewMemCluster().Node().Leases() })
+}
