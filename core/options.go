@@ -1,0 +1,123 @@
+package core
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Options configure a Runtime. The zero value is ready to use: a private temporary directory,
+// durable commits, the original runtime's idle time.
+type Options struct {
+	// Dir is the data directory: a subdirectory per namespace, an SQLite file per object. "" means
+	// a private temporary directory that Close removes.
+	Dir string
+
+	// IdleTimeout is how long an object with nothing to do stays in memory before it is evicted
+	// (default 10 s).
+	IdleTimeout time.Duration
+
+	// MaxQueue bounds the calls waiting for one object (default 1024); a call to a full queue fails
+	// at once with ErrOverloaded.
+	MaxQueue int
+
+	// MaxOpenObjects bounds the objects in memory with an open database (default 1024, about 150
+	// KiB each); past it the least recently used idle ones are evicted early.
+	MaxOpenObjects int
+
+	// MaxBatch bounds the turns that share one group commit (default 1024).
+	MaxBatch int
+
+	// Synchronous is SQLite's synchronous setting for object databases: "FULL" (default: a commit
+	// survives power loss) or "NORMAL" (it survives a crash of the process, perhaps not of the
+	// machine). In cluster mode (Replication) NORMAL loses no acknowledged commit either: the log
+	// holds them all, and a local file that lost its last commits is caught up from it.
+	Synchronous string
+
+	// Logger receives the runtime's structured records: what it decides on its own (evictions at
+	// Debug; alarm retries, dead letters, damaged databases, the index rebuilt, deadlocks refused,
+	// slow WebSocket clients cut), each with the object's namespace and name. Nil: slog.Default(),
+	// so that a dead letter or a damaged database is never silent; slog.New(slog.DiscardHandler)
+	// turns the records off.
+	Logger *slog.Logger
+
+	// Meter receives the runtime's metrics (calls, queue, gate wait, turn and commit times, rows,
+	// alarms, objects, WebSockets; see the package doc), per namespace. Nil: none, at no cost.
+	Meter metric.MeterProvider
+
+	// Tracer receives a span per call, with its queue wait, segments, Awaits and commit wait as
+	// children, and spans for alarm runs and WebSocket deliveries. Nil: none, at no cost.
+	Tracer trace.TracerProvider
+
+	// AlarmRetry says when a failed alarm runs again (default: the original runtime's 2 s doubling,
+	// 6 retries, up to 25% jitter).
+	AlarmRetry RetryPolicy
+
+	// AlarmTimeout is the wall-time limit of one alarm run (default 15 min): the run's context is
+	// cancelled then, and a run that overstays fails.
+	AlarmTimeout time.Duration
+
+	// AlarmConcurrency bounds the alarms running at once (default 64).
+	AlarmConcurrency int
+
+	// Now is the runtime's one clock (default time.Now): alarms and schedules are due by it, idle
+	// eviction measures by it, objects read it with State.Now. Tests may shift it; waiting timers
+	// notice a shift at the runtime's next event (a commit that changes a timer, an idle check
+	// while objects are resident), not by a periodic wake-up.
+	Now func() time.Time
+
+	// OnAlarmDropped is called once an alarm that ran out of retries is in the dead-letter table
+	// (default: an ERROR record, event=alarm_dropped). A panic in it is recovered and logged.
+	OnAlarmDropped func(DeadLetter)
+
+	// WebSocketSendQueue bounds the messages waiting for one WebSocket (default 256); a client
+	// further behind is cut off with 1013.
+	WebSocketSendQueue int
+
+	// WebSocketMaxMessage is the largest message accepted from a WebSocket client (default 1 MiB);
+	// a larger one closes it with 1009.
+	WebSocketMaxMessage int64
+
+	// WebSocketOrigins lists the browser origins ("https://app.example.com", or "*") allowed to
+	// open WebSockets besides the request's own host. Requests without an Origin header (not from a
+	// browser) are allowed.
+	WebSocketOrigins []string
+
+	// Replication makes the runtime one node of a cluster (see Replication): every object's commits
+	// are shipped to a replicated log before their output is released, and an object is served by
+	// the one node holding its lease. Nil: the single-process runtime.
+	Replication *Replication
+}
+
+func (o *Options) withDefaults() error {
+	orDefault(&o.IdleTimeout, 10*time.Second)
+	orDefault(&o.MaxQueue, 1024)
+	orDefault(&o.MaxOpenObjects, 1024)
+	orDefault(&o.MaxBatch, 1024)
+	orDefault(&o.AlarmTimeout, 15*time.Minute)
+	orDefault(&o.AlarmConcurrency, 64)
+	orDefault(&o.WebSocketSendQueue, 256)
+	orDefault(&o.WebSocketMaxMessage, 1<<20)
+	if o.Synchronous == "" {
+		o.Synchronous = "FULL"
+	} else if o.Synchronous != "FULL" && o.Synchronous != "NORMAL" {
+		return fmt.Errorf("core: Options.Synchronous must be FULL or NORMAL, not %q", o.Synchronous)
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	o.AlarmRetry = o.AlarmRetry.withDefaults()
+	return nil
+}
+
+func orDefault[T int | int64 | time.Duration](v *T, d T) {
+	if *v <= 0 {
+		*v = d
+	}
+}
