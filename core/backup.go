@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/durable-go/durable/core/internal/alarmindex"
+	"github.com/durable-go/durable/core/internal/runindex"
 	"github.com/durable-go/durable/core/internal/sqlstore"
 )
 
@@ -82,13 +82,13 @@ func (rt *Runtime) Backup(ctx context.Context, dst string, opts BackupOptions) (
 	syncDir(dst)
 	syncDir(filepath.Dir(dst))
 
-	entries, err := rt.sched.ix.List("", "", 0)
+	entries, err := rt.ix.List("", "", 0)
 	if err != nil {
 		return fail(err)
 	}
 	p.Total = len(entries)
-	var copied []alarmindex.Object
-	var alarms []alarmindex.Alarm
+	var copied []runindex.Object
+	var alarms []runindex.Alarm
 	dirs := map[string]bool{}
 	for _, e := range entries {
 		if err := ctx.Err(); err != nil {
@@ -108,7 +108,7 @@ func (rt *Runtime) Backup(ctx context.Context, dst string, opts BackupOptions) (
 			copied = append(copied, e)
 			dirs[filepath.Dir(out)] = true
 			if at != 0 && !strings.Contains(e.File, ".facets") {
-				alarms = append(alarms, alarmindex.Alarm{Namespace: e.Namespace, ID: e.ID, Name: e.Name, At: at})
+				alarms = append(alarms, runindex.Alarm{Namespace: e.Namespace, ID: e.ID, Name: e.Name, At: at})
 			}
 			p.Bytes += n
 		}
@@ -147,7 +147,7 @@ func (rt *Runtime) Backup(ctx context.Context, dst string, opts BackupOptions) (
 // (a facet, or an object of a namespace not registered, cannot be in memory: its file is copied on
 // a connection of its own, which sees its last commit just as well). It returns the copy's earliest
 // timer and size. The directory entry is made durable with the others, at the end.
-func (rt *Runtime) copyObject(ctx context.Context, e alarmindex.Object, out string) (at, size int64, err error) {
+func (rt *Runtime) copyObject(ctx context.Context, e runindex.Object, out string) (at, size int64, err error) {
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return 0, 0, err
 	}
@@ -266,14 +266,14 @@ func finishCopy(path string) error {
 }
 
 // copyIndex writes the runtime's file to out with the catalog and alarm index given.
-func (rt *Runtime) copyIndex(out string, objects []alarmindex.Object, alarms []alarmindex.Alarm) (int64, error) {
+func (rt *Runtime) copyIndex(out string, objects []runindex.Object, alarms []runindex.Alarm) (int64, error) {
 	tmp := out + ".tmp"
 	os.Remove(tmp)
 	defer os.Remove(tmp)
-	if err := rt.sched.ix.CopyTo(tmp); err != nil {
+	if err := rt.ix.CopyTo(tmp); err != nil {
 		return 0, err
 	}
-	ix, _, err := alarmindex.Open(tmp)
+	ix, _, err := runindex.Open(tmp)
 	if err != nil {
 		return 0, err
 	}

@@ -11,7 +11,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/durable-go/durable/core/internal/alarmindex"
+	"github.com/durable-go/durable/core/internal/runindex"
 	"github.com/durable-go/durable/core/internal/sqlstore"
 	"modernc.org/sqlite"
 )
@@ -53,7 +53,7 @@ func (n *Namespace[T]) List(ctx context.Context, opts ObjectListOptions) ([]Obje
 	if limit <= 0 {
 		limit = 100
 	}
-	es, err := rt.sched.ix.List(n.ns.name, opts.After, min(limit, 10000))
+	es, err := rt.ix.List(n.ns.name, opts.After, min(limit, 10000))
 	if err != nil {
 		return nil, fmt.Errorf("core: list %s: %w", n.ns.name, err)
 	}
@@ -115,19 +115,19 @@ func (o *object) initMeta(st *store) error {
 }
 
 // catalogEntry is the object's catalog entry as of now.
-func (o *object) catalogEntry() alarmindex.Object {
+func (o *object) catalogEntry() runindex.Object {
 	rel, err := filepath.Rel(o.rt.dir, o.place.db)
 	if err != nil {
 		rel = o.place.db
 	}
 	now := o.rt.now().UnixNano()
-	return alarmindex.Object{Namespace: o.ns.name, ID: o.id, Name: o.name, File: rel, Created: now, Active: now}
+	return runindex.Object{Namespace: o.ns.name, ID: o.id, Name: o.name, File: rel, Created: now, Active: now}
 }
 
 // cataloged enters a new object in the catalog, durably, before the commit that creates it: the
 // catalog knows every object with committed data.
 func (o *object) cataloged() error {
-	return o.rt.sched.ix.Catalog(o.catalogEntry(), true)
+	return o.rt.ix.Catalog(o.catalogEntry(), true)
 }
 
 // touchCatalog records the object's last activity and size as it leaves memory (lazily).
@@ -135,7 +135,7 @@ func (o *object) touchCatalog() {
 	o.mu.Lock()
 	active := o.lastActive
 	o.mu.Unlock()
-	o.rt.sched.ix.Touch(o.ns.name, o.id, active.UnixNano(), fileSize(o.place.db))
+	o.rt.ix.Touch(o.ns.name, o.id, active.UnixNano(), fileSize(o.place.db))
 }
 
 // fileSize is the size of a database with its WAL.
@@ -169,7 +169,7 @@ func (o *object) openChecked() (*store, bool, error) {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		if fileSize(path) == 0 && o.rs == nil { // no WAL either (in cluster mode the file is a cache)
-			_, known, err := o.rt.sched.ix.Lookup(o.ns.name, o.id)
+			_, known, err := o.rt.ix.Lookup(o.ns.name, o.id)
 			if err != nil {
 				return nil, false, err
 			}
@@ -262,7 +262,7 @@ func (rt *Runtime) Restore(ctx context.Context, namespace, name, src string) err
 		syncDir(filepath.Dir(path))
 		e := o.catalogEntry()
 		e.Size = fileSize(path)
-		if err := o.rt.sched.ix.Catalog(e, true); err != nil {
+		if err := o.rt.ix.Catalog(e, true); err != nil {
 			return err
 		}
 		// The restored timers: a run of the object tells the scheduler.
@@ -296,14 +296,14 @@ func (o *object) quarantine() (string, error) {
 	syncDir(dest)
 	rt.checked.Delete(o.place.db)
 	if rel, err := filepath.Rel(rt.dir, o.place.facets); err == nil {
-		if err := rt.sched.ix.ForgetUnder(rel + string(filepath.Separator)); err != nil {
+		if err := rt.ix.ForgetUnder(rel + string(filepath.Separator)); err != nil {
 			return "", err
 		}
 	}
-	if err := rt.sched.ix.Forget(o.ns.name, o.id); err != nil {
+	if err := rt.ix.Forget(o.ns.name, o.id); err != nil {
 		return "", err
 	}
-	rt.sched.committed(o.ns.name, o.id, o.name, alarmChange{del: true})
+	rt.sched.Drop(o.ns.name, o.id)
 	rt.log.Warn("object quarantined", "event", "quarantined", "namespace", o.ns.name, "name", o.name, "to", dest)
 	return dest, nil
 }

@@ -191,7 +191,7 @@ func (t *turn) deleteFacets() error {
 			// The catalog forgets them first: a facet of the same name called meanwhile is new,
 			// not one whose file went missing.
 			if rel, err := filepath.Rel(o.rt.dir, o.place.facets); err == nil {
-				if err := o.rt.sched.ix.ForgetUnder(rel + string(filepath.Separator)); err != nil {
+				if err := o.rt.ix.ForgetUnder(rel + string(filepath.Separator)); err != nil {
 					o.rt.log.Error("removing deleted facets from the catalog failed", "event", "facets_remove_failed",
 						"namespace", o.ns.name, "name", o.name, "error", err)
 				}

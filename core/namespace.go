@@ -65,7 +65,7 @@ func Register[T any](rt *Runtime, name string, ctor func(context.Context, *State
 	rt.namespaces[name] = ns
 	rt.mu.Unlock()
 	// After rt.mu is released: a fire takes the scheduler's lock, then rt.mu.
-	rt.sched.unpark(name)
+	rt.sched.Unpark(name)
 	return &Namespace[T]{ns: ns}, nil
 }
 

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/durable-go/durable/core/internal/alarmindex"
+	"github.com/durable-go/durable/core/internal/runindex"
 	"github.com/durable-go/durable/core/internal/sqlstore"
 )
 
@@ -25,7 +25,7 @@ const indexFile = "_runtime.sqlite"
 // index from their timers tables, the dead letters from the copies they keep. A damaged or empty
 // file is moved aside (to _runtime.sqlite.damaged-<time>), never deleted. A file of an earlier
 // version, without a catalog, gets its catalog filled the same way.
-func openIndex(rt *Runtime) (*alarmindex.Index, error) {
+func openIndex(rt *Runtime) (*runindex.Index, error) {
 	path := filepath.Join(rt.dir, indexFile)
 	why := ""
 	fi, err := os.Stat(path)
@@ -43,13 +43,13 @@ func openIndex(rt *Runtime) (*alarmindex.Index, error) {
 			return nil, err
 		}
 	}
-	ix, newCatalog, err := alarmindex.Open(path)
+	ix, newCatalog, err := runindex.Open(path)
 	if err != nil && why == "" {
 		why = "damaged: " + err.Error()
 		if merr := rt.moveAside(path, false); merr != nil {
 			return nil, errors.Join(err, merr)
 		}
-		ix, newCatalog, err = alarmindex.Open(path)
+		ix, newCatalog, err = runindex.Open(path)
 	}
 	if err != nil {
 		return nil, err
@@ -129,7 +129,7 @@ func (rt *Runtime) scanFiles() ([]objectFile, error) {
 
 // rebuildIndex fills the index from the objects' databases, logging its progress (every 1,000
 // objects or 5 s). why is "" when only the catalog is new (the alarms and dead letters are kept).
-func (rt *Runtime) rebuildIndex(ix *alarmindex.Index, why string) error {
+func (rt *Runtime) rebuildIndex(ix *runindex.Index, why string) error {
 	files, err := rt.scanFiles()
 	if err != nil || len(files) == 0 {
 		return err
@@ -141,9 +141,9 @@ func (rt *Runtime) rebuildIndex(ix *alarmindex.Index, why string) error {
 	}
 	rt.log.Warn("rebuilding the runtime index from the objects' databases", "event", "index_rebuild",
 		"reason", cmpOr(why, "no catalog yet"), "rebuilds", what, "objects", len(files))
-	var objects []alarmindex.Object
-	var alarms []alarmindex.Alarm
-	var letters []alarmindex.Letter
+	var objects []runindex.Object
+	var alarms []runindex.Alarm
+	var letters []runindex.Letter
 	skipped := 0
 	last := start
 	for i, f := range files {
@@ -157,7 +157,7 @@ func (rt *Runtime) rebuildIndex(ix *alarmindex.Index, why string) error {
 		objects = append(objects, o)
 		if why != "" && f.root {
 			if at != 0 {
-				alarms = append(alarms, alarmindex.Alarm{Namespace: o.Namespace, ID: o.ID, Name: o.Name, At: at})
+				alarms = append(alarms, runindex.Alarm{Namespace: o.Namespace, ID: o.ID, Name: o.Name, At: at})
 			}
 			letters = append(letters, dls...)
 		}
@@ -183,7 +183,7 @@ func cmpOr(a, b string) string {
 
 // readObjectFile reads what the index needs from one object database: its catalog entry, its
 // earliest timer (0 if none) and the dead letters it keeps.
-func readObjectFile(dir string, f objectFile) (o alarmindex.Object, at int64, dls []alarmindex.Letter, err error) {
+func readObjectFile(dir string, f objectFile) (o runindex.Object, at int64, dls []runindex.Letter, err error) {
 	fi, err := os.Stat(f.path)
 	if err != nil {
 		return o, 0, nil, err
@@ -213,7 +213,7 @@ func readObjectFile(dir string, f objectFile) (o alarmindex.Object, at int64, dl
 		return o, 0, nil, errors.New("no identity in _durable_meta")
 	}
 	rel, _ := filepath.Rel(dir, f.path)
-	o = alarmindex.Object{Namespace: ns, ID: strings.TrimSuffix(filepath.Base(f.path), ".sqlite"), Name: name, File: rel,
+	o = runindex.Object{Namespace: ns, ID: strings.TrimSuffix(filepath.Base(f.path), ".sqlite"), Name: name, File: rel,
 		Active: fi.ModTime().UnixNano(), Size: fileSize(f.path)}
 	o.Created, _ = meta["created"].(int64)
 	if o.Created == 0 {
@@ -239,7 +239,7 @@ func readObjectFile(dir string, f objectFile) (o alarmindex.Object, at int64, dl
 		if err := json.Unmarshal([]byte(b), &dl); err != nil {
 			return o, 0, nil, fmt.Errorf("dead letter %q: %w", k, err)
 		}
-		dls = append(dls, alarmindex.Letter(dl))
+		dls = append(dls, runindex.Letter(dl))
 	}
 	return o, min.Int64, dls, nil
 }

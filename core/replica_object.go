@@ -125,11 +125,11 @@ func (o *object) indexLocal() {
 		if created.Valid {
 			e.Created = created.Int64
 		}
-		err = o.rt.sched.ix.Catalog(e, false)
+		err = o.rt.ix.Catalog(e, false)
 	}
 	if err == nil && at.Int64 != 0 {
-		if err = o.rt.sched.ensureIndexed(o.ns.name, o.id, o.name, at.Int64); err == nil {
-			o.rt.sched.schedule(o.ns.name, o.id, o.name, at.Int64)
+		if err = o.rt.sched.EnsureIndexed(o.ns.name, o.id, o.name, at.Int64); err == nil {
+			o.rt.sched.Schedule(o.ns.name, o.id, o.name, at.Int64)
 		}
 	}
 	if err != nil {

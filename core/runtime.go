@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/durable-go/durable/core/internal/runindex"
 	"github.com/durable-go/durable/core/internal/sqlstore"
 )
 
@@ -166,7 +167,8 @@ type Runtime struct {
 	closing  sync.Map     // *object -> time.Time: evicted databases being closed
 	checked  sync.Map     // database path -> struct{}: passed its quick check in this runtime
 	shedding sync.Mutex   // held by the one caller of shed evicting
-	sched    *scheduler
+	sched    *runindex.Scheduler
+	ix       *runindex.Index        // the alarm index, the catalog and the dead letters
 	template func() ([]byte, error) // an empty object database, built once
 	ws       wsHub                  // the WebSocket connections
 	lock     *dirLock               // the data directory's OS lock, held until Shutdown ends
@@ -236,7 +238,7 @@ func Open(opts Options) (*Runtime, error) {
 		rt.opts.OnAlarmDropped = rt.logDropped
 	}
 	rt.template = sync.OnceValues(func() ([]byte, error) { return sqlstore.BuildTemplate(rt.dir, runtimeSchema) })
-	if rt.sched, err = newScheduler(rt); err != nil {
+	if err = rt.startScheduler(); err != nil {
 		rt.lock.unlock()
 		if rt.ownDir {
 			os.RemoveAll(rt.dir)
@@ -261,7 +263,7 @@ func (rt *Runtime) Stats() Stats {
 		Evictions:  rt.stats.evictions.Load(),
 		Resident:   rt.stats.resident.Load(),
 		OpenDBs:    rt.stats.openDBs.Load(),
-		Alarms:     int64(rt.sched.pending()),
+		Alarms:     int64(rt.sched.Pending()),
 	}
 }
 
@@ -321,7 +323,7 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 	}
 	// Fires started before Shutdown hold calls too; stop the scheduler after them so that their
 	// retries are recorded.
-	errs := []error{rt.sched.closeLoop()}
+	errs := []error{rt.sched.Close()}
 	if err := waitCalls(); err != nil {
 		return err
 	}
@@ -333,7 +335,7 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 	if rt.repl != nil { // the objects are closed and their leases handed back: stop renewing
 		errs = append(errs, rt.repl.close(rt))
 	}
-	errs = append(errs, rt.sched.closeIndex())
+	errs = append(errs, rt.ix.Close())
 	if rt.ownDir {
 		errs = append(errs, os.RemoveAll(rt.dir))
 	}
@@ -445,7 +447,7 @@ func (rt *Runtime) janitor() {
 		case <-t.C:
 			now := rt.now()
 			rt.clock.Store(now.UnixNano())
-			rt.sched.poke() // the clock may have moved
+			rt.sched.Poke() // the clock may have moved
 			rt.evictIdle(now)
 		}
 	}
