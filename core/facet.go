@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/durable-go/durable/core/internal/datadir"
 )
 
 // MaxFacetPath is the longest facet path, in bytes, and MaxFacetDepth the deepest nesting.
@@ -102,8 +104,8 @@ func facetPlace(ns *namespace, root timerHome, name, dir string) (key, id string
 	id = objectID(ns.name, key)
 	return key, id, placement{
 		name:   name,
-		db:     filepath.Join(dir, id+".sqlite"),
-		facets: filepath.Join(dir, id+".facets"),
+		db:     datadir.DBFile(dir, id),
+		facets: datadir.FacetsDir(dir, id),
 		timers: root,
 	}
 }

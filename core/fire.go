@@ -3,13 +3,15 @@ package core
 import (
 	"errors"
 
+	"github.com/durable-go/durable/core/internal/datadir"
 	"github.com/durable-go/durable/core/internal/runindex"
 )
 
 // startScheduler opens the runtime's index (rebuilding it if it must) and starts the scheduler on
 // it, with fireAlarm as what a due alarm does.
 func (rt *Runtime) startScheduler() error {
-	ix, err := openIndex(rt)
+	d := datadir.Dir{Path: rt.dir, Log: rt.log, Now: rt.now, IsNamespace: func(name string) bool { return validateNamespace(name) == nil }}
+	ix, err := d.OpenIndex()
 	if err != nil {
 		return err
 	}

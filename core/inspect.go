@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/durable-go/durable/core/internal/datadir"
 	"github.com/durable-go/durable/core/internal/runindex"
 	"github.com/durable-go/durable/core/internal/sqlstore"
 )
@@ -195,7 +196,7 @@ func (rt *Runtime) Check(ctx context.Context) ([]Problem, error) {
 		return nil, fmt.Errorf("core: check: %w", err)
 	}
 	if verdict != "ok" {
-		out = append(out, Problem{File: "_runtime.sqlite", Problem: "integrity check: " + verdict})
+		out = append(out, Problem{File: datadir.IndexFile, Problem: "integrity check: " + verdict})
 	}
 	type key struct{ ns, id string }
 	type indexed struct {
@@ -217,7 +218,7 @@ func (rt *Runtime) Check(ctx context.Context) ([]Problem, error) {
 		bad := func(format string, a ...any) {
 			out = append(out, Problem{Namespace: e.Namespace, Name: e.Name, File: e.File, Problem: fmt.Sprintf(format, a...)})
 		}
-		if fileSize(filepath.Join(rt.dir, e.File)) == 0 {
+		if datadir.FileSize(filepath.Join(rt.dir, e.File)) == 0 {
 			bad("database missing or empty")
 			delete(alarms, key{e.Namespace, e.ID})
 			continue
@@ -290,7 +291,7 @@ func (rt *Runtime) readObject(ctx context.Context, op, namespace, name string, f
 func (rt *Runtime) readEntry(ctx context.Context, e runindex.Object, fn func(r *sqlstore.ReadOnly, o *object) error) error {
 	read := func(o *object) error {
 		path := filepath.Join(rt.dir, e.File)
-		if fileSize(path) == 0 {
+		if datadir.FileSize(path) == 0 {
 			return &DamagedError{Path: path, Reason: "missing or empty"}
 		}
 		r, err := sqlstore.OpenReadOnly(path)
@@ -320,7 +321,7 @@ func (rt *Runtime) readEntry(ctx context.Context, e runindex.Object, fn func(r *
 // report reads an object's report on r; o is the object, its gate held, or nil.
 func (rt *Runtime) report(ctx context.Context, e runindex.Object, r *sqlstore.ReadOnly, o *object) (ObjectReport, error) {
 	rep := ObjectReport{Namespace: e.Namespace, Name: e.Name, ID: e.ID, File: e.File,
-		Size: fileSize(filepath.Join(rt.dir, e.File)), Created: time.Unix(0, e.Created)}
+		Size: datadir.FileSize(filepath.Join(rt.dir, e.File)), Created: time.Unix(0, e.Created)}
 	err := r.Query(ctx, "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name", nil, func(rows *sql.Rows) error {
 		var t TableInfo
 		err := rows.Scan(&t.Name)
@@ -392,7 +393,7 @@ func (rt *Runtime) report(ctx context.Context, e runindex.Object, r *sqlstore.Re
 // and its database is closed after it. Its timers are committed to the index like any object's;
 // the scheduler keeps them until the namespace is registered.
 func (rt *Runtime) offline(ctx context.Context, nsName, name, id string, fn func(context.Context, any) error) error {
-	ns := &namespace{rt: rt, name: nsName, dir: filepath.Join(rt.dir, nsName),
+	ns := &namespace{rt: rt, name: nsName, dir: datadir.NamespaceDir(rt.dir, nsName),
 		objects: make(map[string]*object), closing: make(map[string]chan struct{})}
 	o := ns.object(name, id, placement{})
 	err := o.hold(ctx, func() error {

@@ -7,10 +7,11 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
+
+	"github.com/durable-go/durable/core/internal/datadir"
 )
 
 // A Namespace is a class of objects sharing one constructor, like a Durable Object class. Get
@@ -47,7 +48,7 @@ func Register[T any](rt *Runtime, name string, ctor func(context.Context, *State
 	if ctor == nil {
 		return nil, errors.New("core: Register: nil constructor")
 	}
-	dir := filepath.Join(rt.dir, name)
+	dir := datadir.NamespaceDir(rt.dir, name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("core: register %s: %w", name, err)
 	}

@@ -2,10 +2,11 @@ package core
 
 import (
 	"errors"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/durable-go/durable/core/internal/datadir"
 )
 
 // errEvicted tells a caller that the object it found was evicted before it could queue; the caller
@@ -71,7 +72,7 @@ type placement struct {
 
 // topPlace places a top-level object: its own timers table, its files in its namespace's directory.
 func topPlace(ns *namespace, name, id string) placement {
-	return placement{name: name, db: filepath.Join(ns.dir, id+".sqlite"), facets: filepath.Join(ns.dir, id+".facets"),
+	return placement{name: name, db: datadir.DBFile(ns.dir, id), facets: datadir.FacetsDir(ns.dir, id),
 		timers: timerHome{ns: ns, name: name, id: id}}
 }
 

@@ -18,6 +18,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/durable-go/durable/core/internal/datadir"
 	"github.com/durable-go/durable/core/internal/walship"
 )
 
@@ -121,7 +122,7 @@ func (o *object) indexLocal() {
 		nil, func(r *sql.Rows) error { return r.Scan(&created, &at) })
 	if err == nil {
 		e := o.catalogEntry()
-		e.Size = fileSize(o.place.db)
+		e.Size = datadir.FileSize(o.place.db)
 		if created.Valid {
 			e.Created = created.Int64
 		}
@@ -385,7 +386,7 @@ func (o *object) replay(after uint64, want *batchID, st *store) (lastEpoch uint6
 			if err = os.Rename(target, path); err != nil {
 				return 0, false, nil, err
 			}
-			syncDir(filepath.Dir(path))
+			datadir.SyncDir(filepath.Dir(path))
 		}
 		o.rt.checked.Delete(path)
 	}

@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/durable-go/durable/core/internal/datadir"
 	"github.com/durable-go/durable/core/internal/runindex"
 	"github.com/durable-go/durable/core/internal/sqlstore"
 )
@@ -171,7 +172,7 @@ type Runtime struct {
 	ix       *runindex.Index        // the alarm index, the catalog and the dead letters
 	template func() ([]byte, error) // an empty object database, built once
 	ws       wsHub                  // the WebSocket connections
-	lock     *dirLock               // the data directory's OS lock, held until Shutdown ends
+	lock     *datadir.Lock          // the data directory's OS lock, held until Shutdown ends
 	repl     *replicaNode           // cluster mode; nil in the single-process runtime
 }
 
@@ -239,7 +240,7 @@ func Open(opts Options) (*Runtime, error) {
 	}
 	rt.template = sync.OnceValues(func() ([]byte, error) { return sqlstore.BuildTemplate(rt.dir, runtimeSchema) })
 	if err = rt.startScheduler(); err != nil {
-		rt.lock.unlock()
+		rt.lock.Unlock()
 		if rt.ownDir {
 			os.RemoveAll(rt.dir)
 		}
@@ -339,7 +340,7 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 	if rt.ownDir {
 		errs = append(errs, os.RemoveAll(rt.dir))
 	}
-	errs = append(errs, rt.lock.unlock()) // the directory is free for the next runtime
+	errs = append(errs, rt.lock.Unlock()) // the directory is free for the next runtime
 	rt.tel.close()
 	rt.shutDone = true
 	return errors.Join(errs...)
