@@ -10,8 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/durable-go/durable/core"
 	"github.com/stretchr/testify/require"
+
+	"github.com/durable-go/durable/core"
 )
 
 const alarmChildEnv = "DURABLE_ALARM_CRASH_CHILD" // the child's data directory

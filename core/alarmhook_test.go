@@ -7,8 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/durable-go/durable/core"
 	"github.com/stretchr/testify/require"
+
+	"github.com/durable-go/durable/core"
 )
 
 // failingClock is an object whose alarm always fails.

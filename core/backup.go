@@ -13,7 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/durable-go/durable/core/internal/alarmindex"
+	"github.com/durable-go/durable/core/internal/datadir"
+	"github.com/durable-go/durable/core/internal/runindex"
 	"github.com/durable-go/durable/core/internal/sqlstore"
 )
 
@@ -79,16 +80,16 @@ func (rt *Runtime) Backup(ctx context.Context, dst string, opts BackupOptions) (
 	if err := sqlstore.WriteFileSync(filepath.Join(dst, backupMarker), []byte("a backup is being written here; it is not complete\n")); err != nil {
 		return fail(err)
 	}
-	syncDir(dst)
-	syncDir(filepath.Dir(dst))
+	datadir.SyncDir(dst)
+	datadir.SyncDir(filepath.Dir(dst))
 
-	entries, err := rt.sched.ix.List("", "", 0)
+	entries, err := rt.ix.List("", "", 0)
 	if err != nil {
 		return fail(err)
 	}
 	p.Total = len(entries)
-	var copied []alarmindex.Object
-	var alarms []alarmindex.Alarm
+	var copied []runindex.Object
+	var alarms []runindex.Alarm
 	dirs := map[string]bool{}
 	for _, e := range entries {
 		if err := ctx.Err(); err != nil {
@@ -107,8 +108,8 @@ func (rt *Runtime) Backup(ctx context.Context, dst string, opts BackupOptions) (
 			e.Size = n
 			copied = append(copied, e)
 			dirs[filepath.Dir(out)] = true
-			if at != 0 && !strings.Contains(e.File, ".facets") {
-				alarms = append(alarms, alarmindex.Alarm{Namespace: e.Namespace, ID: e.ID, Name: e.Name, At: at})
+			if at != 0 && !datadir.IsFacetFile(e.File) {
+				alarms = append(alarms, runindex.Alarm{Namespace: e.Namespace, ID: e.ID, Name: e.Name, At: at})
 			}
 			p.Bytes += n
 		}
@@ -119,11 +120,11 @@ func (rt *Runtime) Backup(ctx context.Context, dst string, opts BackupOptions) (
 		}
 	}
 	for d := range dirs { // the copies' names, durable before the manifest says they are there
-		syncDir(d)
+		datadir.SyncDir(d)
 	}
 	// The runtime's file last: its dead letters as of now, its catalog and alarm index exactly the
 	// copies' (an object's alarm may have moved since its copy was taken).
-	n, err := rt.copyIndex(filepath.Join(dst, indexFile), copied, alarms)
+	n, err := rt.copyIndex(filepath.Join(dst, datadir.IndexFile), copied, alarms)
 	if err != nil {
 		return fail(err)
 	}
@@ -139,7 +140,7 @@ func (rt *Runtime) Backup(ctx context.Context, dst string, opts BackupOptions) (
 	if err := os.Remove(filepath.Join(dst, backupMarker)); err != nil {
 		return fail(err)
 	}
-	syncDir(dst)
+	datadir.SyncDir(dst)
 	return p, nil
 }
 
@@ -147,7 +148,7 @@ func (rt *Runtime) Backup(ctx context.Context, dst string, opts BackupOptions) (
 // (a facet, or an object of a namespace not registered, cannot be in memory: its file is copied on
 // a connection of its own, which sees its last commit just as well). It returns the copy's earliest
 // timer and size. The directory entry is made durable with the others, at the end.
-func (rt *Runtime) copyObject(ctx context.Context, e alarmindex.Object, out string) (at, size int64, err error) {
+func (rt *Runtime) copyObject(ctx context.Context, e runindex.Object, out string) (at, size int64, err error) {
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return 0, 0, err
 	}
@@ -158,7 +159,7 @@ func (rt *Runtime) copyObject(ctx context.Context, e alarmindex.Object, out stri
 	rt.mu.RLock()
 	ns := rt.namespaces[e.Namespace]
 	rt.mu.RUnlock()
-	if ns != nil && !strings.Contains(e.File, ".facets") {
+	if ns != nil && !datadir.IsFacetFile(e.File) {
 		err = ns.with(e.Name, e.ID, placement{}, func(o *object) error {
 			err := o.hold(ctx, func() error {
 				var err error
@@ -184,7 +185,7 @@ func (rt *Runtime) copyObject(ctx context.Context, e alarmindex.Object, out stri
 	if err := os.Rename(tmp, out); err != nil {
 		return 0, 0, err
 	}
-	return at, fileSize(out), nil
+	return at, datadir.FileSize(out), nil
 }
 
 // vacuumInto writes a copy of the object's database, as of its last commit, to path, and returns
@@ -220,7 +221,7 @@ func vacuumStore(st *store, path, sync string) (int64, error) {
 // vacuumClosed copies a database that no turn has open, on a connection of its own.
 func vacuumClosed(src, path string) (int64, error) {
 	fi, err := os.Stat(src)
-	if errors.Is(err, fs.ErrNotExist) && fileSize(src) == 0 {
+	if errors.Is(err, fs.ErrNotExist) && datadir.FileSize(src) == 0 {
 		return 0, &DamagedError{Path: src, Reason: "missing, although the catalog lists the object"}
 	}
 	if err == nil && fi.Size() == 0 {
@@ -234,7 +235,7 @@ func vacuumClosed(src, path string) (int64, error) {
 	if cerr := st.Close(); err == nil {
 		err = cerr
 	}
-	if err != nil && isCorrupt(err) {
+	if err != nil && datadir.IsCorrupt(err) {
 		return 0, &DamagedError{Path: src, Reason: err.Error()}
 	}
 	return at, err
@@ -266,14 +267,14 @@ func finishCopy(path string) error {
 }
 
 // copyIndex writes the runtime's file to out with the catalog and alarm index given.
-func (rt *Runtime) copyIndex(out string, objects []alarmindex.Object, alarms []alarmindex.Alarm) (int64, error) {
+func (rt *Runtime) copyIndex(out string, objects []runindex.Object, alarms []runindex.Alarm) (int64, error) {
 	tmp := out + ".tmp"
 	os.Remove(tmp)
 	defer os.Remove(tmp)
-	if err := rt.sched.ix.CopyTo(tmp); err != nil {
+	if err := rt.ix.CopyTo(tmp); err != nil {
 		return 0, err
 	}
-	ix, _, err := alarmindex.Open(tmp)
+	ix, _, err := runindex.Open(tmp)
 	if err != nil {
 		return 0, err
 	}
@@ -290,7 +291,7 @@ func (rt *Runtime) copyIndex(out string, objects []alarmindex.Object, alarms []a
 	if err != nil {
 		return 0, err
 	}
-	return fileSize(out), nil
+	return datadir.FileSize(out), nil
 }
 
 // checkNotIncompleteBackup refuses a directory a backup began and did not finish.
@@ -322,7 +323,7 @@ func (s *Stub[T]) Export(ctx context.Context, w io.Writer) (int64, error) {
 	err = viaCaller(ctx, func(ctx context.Context) error {
 		return s.ns.with(s.name, s.id, s.place, func(o *object) error {
 			return o.hold(ctx, func() error {
-				if o.store == nil && fileSize(o.place.db) == 0 {
+				if o.store == nil && datadir.FileSize(o.place.db) == 0 {
 					if _, err := os.Stat(o.place.db); errors.Is(err, fs.ErrNotExist) {
 						return errors.New("core: the object has no database yet")
 					}

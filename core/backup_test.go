@@ -15,8 +15,9 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/durable-go/durable/core"
 	"github.com/stretchr/testify/require"
+
+	"github.com/durable-go/durable/core"
 )
 
 // S-O7: a backup of a running directory opens as a normal directory: the

@@ -2,7 +2,6 @@ package core
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -11,10 +10,8 @@ import (
 	"path/filepath"
 	"time"
 
-	"modernc.org/sqlite"
-
-	"github.com/durable-go/durable/core/internal/alarmindex"
-	"github.com/durable-go/durable/core/internal/sqlstore"
+	"github.com/durable-go/durable/core/internal/datadir"
+	"github.com/durable-go/durable/core/internal/runindex"
 )
 
 // The catalog is a table of the runtime's file (_runtime.sqlite): every object (and facet) with a
@@ -54,7 +51,7 @@ func (n *Namespace[T]) List(ctx context.Context, opts ObjectListOptions) ([]Obje
 	if limit <= 0 {
 		limit = 100
 	}
-	es, err := rt.sched.ix.List(n.ns.name, opts.After, min(limit, 10000))
+	es, err := rt.ix.List(n.ns.name, opts.After, min(limit, 10000))
 	if err != nil {
 		return nil, fmt.Errorf("core: list %s: %w", n.ns.name, err)
 	}
@@ -116,19 +113,19 @@ func (o *object) initMeta(st *store) error {
 }
 
 // catalogEntry is the object's catalog entry as of now.
-func (o *object) catalogEntry() alarmindex.Object {
+func (o *object) catalogEntry() runindex.Object {
 	rel, err := filepath.Rel(o.rt.dir, o.place.db)
 	if err != nil {
 		rel = o.place.db
 	}
 	now := o.rt.now().UnixNano()
-	return alarmindex.Object{Namespace: o.ns.name, ID: o.id, Name: o.name, File: rel, Created: now, Active: now}
+	return runindex.Object{Namespace: o.ns.name, ID: o.id, Name: o.name, File: rel, Created: now, Active: now}
 }
 
 // cataloged enters a new object in the catalog, durably, before the commit that creates it: the
 // catalog knows every object with committed data.
 func (o *object) cataloged() error {
-	return o.rt.sched.ix.Catalog(o.catalogEntry(), true)
+	return o.rt.ix.Catalog(o.catalogEntry(), true)
 }
 
 // touchCatalog records the object's last activity and size as it leaves memory (lazily).
@@ -136,18 +133,7 @@ func (o *object) touchCatalog() {
 	o.mu.Lock()
 	active := o.lastActive
 	o.mu.Unlock()
-	o.rt.sched.ix.Touch(o.ns.name, o.id, active.UnixNano(), fileSize(o.place.db))
-}
-
-// fileSize is the size of a database with its WAL.
-func fileSize(path string) int64 {
-	var n int64
-	for _, suffix := range []string{"", "-wal"} {
-		if fi, err := os.Stat(path + suffix); err == nil {
-			n += fi.Size()
-		}
-	}
-	return n
+	o.rt.ix.Touch(o.ns.name, o.id, active.UnixNano(), datadir.FileSize(o.place.db))
 }
 
 // openDB opens the object's database, refusing one that is damaged: missing although the catalog
@@ -178,8 +164,8 @@ func (o *object) openChecked() (*store, bool, error) {
 	fi, err := os.Stat(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		if fileSize(path) == 0 && o.repl == nil { // no WAL either (in cluster mode the file is a cache)
-			_, known, err := o.rt.sched.ix.Lookup(o.ns.name, o.id)
+		if datadir.FileSize(path) == 0 && o.repl == nil { // no WAL either (in cluster mode the file is a cache)
+			_, known, err := o.rt.ix.Lookup(o.ns.name, o.id)
 			if err != nil {
 				return nil, false, err
 			}
@@ -195,7 +181,7 @@ func (o *object) openChecked() (*store, bool, error) {
 	st, fresh, err := openStore(path, o.rt.opts.Synchronous, o.rt.template)
 	if _, done := o.rt.checked.Load(path); err == nil && !fresh && !done {
 		var check string
-		err = st.QueryOwn("PRAGMA main.quick_check(1)", nil, func(r *sql.Rows) error { return r.Scan(&check) })
+		check, err = datadir.QuickCheck(st)
 		if err == nil && check != "ok" {
 			st.Close()
 			return nil, false, &DamagedError{Path: path, Reason: "quick check: " + check}
@@ -205,26 +191,13 @@ func (o *object) openChecked() (*store, bool, error) {
 		}
 	}
 	if err != nil {
-		if isCorrupt(err) {
+		if datadir.IsCorrupt(err) {
 			return nil, false, &DamagedError{Path: path, Reason: err.Error()}
 		}
 		return nil, false, err
 	}
 	o.rt.checked.Store(path, struct{}{})
 	return st, fresh, nil
-}
-
-// isCorrupt reports whether err is SQLite's verdict that a file is not a sound database.
-func isCorrupt(err error) bool {
-	var se *sqlite.Error
-	if !errors.As(err, &se) {
-		return false
-	}
-	switch se.Code() & 0xff {
-	case 11, 26: // SQLITE_CORRUPT, SQLITE_NOTADB
-		return true
-	}
-	return false
 }
 
 // Quarantine moves an object's files (its database, WAL, and its facets' directory) out of the way,
@@ -254,14 +227,14 @@ func (rt *Runtime) Restore(ctx context.Context, namespace, name, src string) err
 	}
 	return rt.holdObject(ctx, "restore", namespace, name, func(o *object) error {
 		path := o.place.db
-		if err := copyFileSync(src, path+".restore"); err != nil {
+		if err := datadir.CopyFileSync(src, path+".restore"); err != nil {
 			return err
 		}
 		defer os.Remove(path + ".restore")
 		if err := checkDBFile(path + ".restore"); err != nil {
 			return err
 		}
-		if fileSize(path) > 0 || dirExists(o.place.facets) {
+		if datadir.FileSize(path) > 0 || datadir.DirExists(o.place.facets) {
 			if _, err := o.quarantine(); err != nil {
 				return err
 			}
@@ -269,10 +242,10 @@ func (rt *Runtime) Restore(ctx context.Context, namespace, name, src string) err
 		if err := os.Rename(path+".restore", path); err != nil {
 			return err
 		}
-		syncDir(filepath.Dir(path))
+		datadir.SyncDir(filepath.Dir(path))
 		e := o.catalogEntry()
-		e.Size = fileSize(path)
-		if err := o.rt.sched.ix.Catalog(e, true); err != nil {
+		e.Size = datadir.FileSize(path)
+		if err := o.rt.ix.Catalog(e, true); err != nil {
 			return err
 		}
 		// The restored timers: a run of the object tells the scheduler.
@@ -290,30 +263,20 @@ func (rt *Runtime) Restore(ctx context.Context, namespace, name, src string) err
 // closed.
 func (o *object) quarantine() (string, error) {
 	rt := o.rt
-	dest := filepath.Join(rt.dir, "_quarantine", o.ns.name, o.id+"-"+rt.now().UTC().Format("20060102T150405.000000000Z"))
-	if err := os.MkdirAll(dest, 0o755); err != nil {
+	dest, err := datadir.Quarantine(rt.dir, o.ns.name, o.id, o.place.db, o.place.facets, rt.now())
+	if err != nil {
 		return "", err
 	}
-	for _, suffix := range []string{"", "-wal", "-shm"} {
-		if err := os.Rename(o.place.db+suffix, filepath.Join(dest, o.id+".sqlite"+suffix)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return "", err
-		}
-	}
-	if err := os.Rename(o.place.facets, filepath.Join(dest, o.id+".facets")); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return "", err
-	}
-	syncDir(filepath.Dir(o.place.db))
-	syncDir(dest)
 	rt.checked.Delete(o.place.db)
 	if rel, err := filepath.Rel(rt.dir, o.place.facets); err == nil {
-		if err := rt.sched.ix.ForgetUnder(rel + string(filepath.Separator)); err != nil {
+		if err := rt.ix.ForgetUnder(rel + string(filepath.Separator)); err != nil {
 			return "", err
 		}
 	}
-	if err := rt.sched.ix.Forget(o.ns.name, o.id); err != nil {
+	if err := rt.ix.Forget(o.ns.name, o.id); err != nil {
 		return "", err
 	}
-	rt.sched.committed(o.ns.name, o.id, o.name, alarmChange{del: true})
+	rt.sched.Drop(o.ns.name, o.id)
 	rt.log.Warn("object quarantined", "event", "quarantined", "namespace", o.ns.name, "name", o.name, "to", dest)
 	return dest, nil
 }
@@ -400,41 +363,11 @@ func (o *object) runTurnNoCtor(body func(t *turn) error) error {
 	return err
 }
 
-func dirExists(path string) bool {
-	fi, err := os.Stat(path)
-	return err == nil && fi.IsDir()
-}
-
-// syncDir makes a directory's entries durable (best effort: some systems cannot sync directories).
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
-}
-
-// copyFileSync copies src to dst and syncs dst.
-func copyFileSync(src, dst string) error {
-	b, err := os.ReadFile(src)
-	if err != nil {
-		return err
-	}
-	return sqlstore.WriteFileSync(dst, b)
-}
-
 // checkDBFile opens a database file on its own and runs SQLite's quick check on it.
 func checkDBFile(path string) error {
-	db, err := sql.Open("sqlite", "file:"+path)
-	if err != nil {
-		return err
+	damage, err := datadir.CheckFile(path)
+	if damage != "" {
+		return &DamagedError{Path: path, Reason: damage}
 	}
-	defer db.Close()
-	var check string
-	if err := db.QueryRow("PRAGMA main.quick_check(1)").Scan(&check); err != nil {
-		return &DamagedError{Path: path, Reason: err.Error()}
-	}
-	if check != "ok" {
-		return &DamagedError{Path: path, Reason: "quick check: " + check}
-	}
-	return nil
+	return err
 }

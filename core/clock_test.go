@@ -7,9 +7,10 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/durable-go/durable/core"
 	"github.com/durable-go/durable/core/coretest"
-	"github.com/stretchr/testify/require"
 )
 
 // One clock: State.Now and idle eviction follow

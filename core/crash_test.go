@@ -19,8 +19,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/durable-go/durable/core"
 	"github.com/stretchr/testify/require"
+
+	"github.com/durable-go/durable/core"
 )
 
 // Crash safety (DESIGN "Turns, gates and commits"): a caller gets its result

@@ -11,8 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/durable-go/durable/core"
 	"github.com/stretchr/testify/require"
+
+	"github.com/durable-go/durable/core"
 )
 
 // note is an object that keeps values in its KV storage and a table.

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/durable-go/durable/core/internal/alarmindex"
+	"github.com/durable-go/durable/core/internal/runindex"
 	"github.com/durable-go/durable/core/internal/telemetry"
 )
 
@@ -44,7 +44,7 @@ func (rt *Runtime) DeadLetters() ([]DeadLetter, error) {
 	if rt.isClosed.Load() {
 		return nil, ErrClosed
 	}
-	ls, err := rt.sched.ix.Letters()
+	ls, err := rt.ix.Letters()
 	out := make([]DeadLetter, len(ls))
 	for i, l := range ls {
 		out[i] = DeadLetter(l)
@@ -112,7 +112,7 @@ func (rt *Runtime) Rearm(ctx context.Context, seq int64, at time.Time) error {
 		})
 	}
 	if err == nil {
-		err = rt.sched.ix.RemoveLetter(seq)
+		err = rt.ix.RemoveLetter(seq)
 	}
 	if err != nil {
 		return fail(err)
@@ -141,7 +141,7 @@ func (o *object) dropTimer(t *turn, row timerRow, cause error, now time.Time, ma
 	if err := t.setMeta("dead:"+letterKey(dl.Path, dl.Key, row.first), string(b)); err != nil {
 		return err
 	}
-	if dl.Seq, err = o.rt.sched.ix.AddLetter(alarmindex.Letter(dl)); err != nil {
+	if dl.Seq, err = o.rt.ix.AddLetter(runindex.Letter(dl)); err != nil {
 		return err
 	}
 	t.emit(effect{fn: func(committed bool) {

@@ -6,8 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/durable-go/durable/core"
 	"github.com/stretchr/testify/require"
+
+	"github.com/durable-go/durable/core"
 )
 
 // Every error from Call, TriggerAlarm and Rearm is an *Error, naming the namespace and object when there is one.

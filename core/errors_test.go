@@ -12,8 +12,9 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/durable-go/durable/core"
 	"github.com/stretchr/testify/require"
+
+	"github.com/durable-go/durable/core"
 )
 
 // S-G3: a full queue fails at once with an error callers classify as

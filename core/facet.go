@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/durable-go/durable/core/internal/datadir"
 )
 
 // MaxFacetPath is the longest facet path, in bytes, and MaxFacetDepth the deepest nesting.
@@ -102,8 +104,8 @@ func facetPlace(ns *namespace, root timerHome, name, dir string) (key, id string
 	id = objectID(ns.name, key)
 	return key, id, placement{
 		name:   name,
-		db:     filepath.Join(dir, id+".sqlite"),
-		facets: filepath.Join(dir, id+".facets"),
+		db:     datadir.DBFile(dir, id),
+		facets: datadir.FacetsDir(dir, id),
 		timers: root,
 	}
 }
@@ -191,7 +193,7 @@ func (t *turn) deleteFacets() error {
 			// The catalog forgets them first: a facet of the same name called meanwhile is new,
 			// not one whose file went missing.
 			if rel, err := filepath.Rel(o.rt.dir, o.place.facets); err == nil {
-				if err := o.rt.sched.ix.ForgetUnder(rel + string(filepath.Separator)); err != nil {
+				if err := o.rt.ix.ForgetUnder(rel + string(filepath.Separator)); err != nil {
 					o.rt.log.Error("removing deleted facets from the catalog failed", "event", "facets_remove_failed",
 						"namespace", o.ns.name, "name", o.name, "error", err)
 				}

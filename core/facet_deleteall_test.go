@@ -6,8 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/durable-go/durable/core"
 	"github.com/stretchr/testify/require"
+
+	"github.com/durable-go/durable/core"
 )
 
 // DeleteAll rolls back for facets: a DeleteAll in a turn that then fails leaves the

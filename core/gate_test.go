@@ -10,9 +10,10 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/durable-go/durable/core"
 	"github.com/durable-go/durable/core/coretest"
-	"github.com/stretchr/testify/require"
 )
 
 // The gate under contention: the turns queued behind a busy one run in

@@ -10,7 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/durable-go/durable/core/internal/alarmindex"
+	"github.com/durable-go/durable/core/internal/datadir"
+	"github.com/durable-go/durable/core/internal/runindex"
 	"github.com/durable-go/durable/core/internal/sqlstore"
 	"github.com/durable-go/durable/core/internal/telemetry"
 )
@@ -87,7 +88,7 @@ func (rt *Runtime) Namespaces() ([]string, error) {
 	if rt.isClosed.Load() {
 		return nil, ErrClosed
 	}
-	return rt.sched.ix.Namespaces()
+	return rt.ix.Namespaces()
 }
 
 // Objects is Namespace.List for any namespace of the catalog, registered or not; a facet kind's
@@ -109,7 +110,7 @@ func (rt *Runtime) Objects(ctx context.Context, nsName string, opts ObjectListOp
 // registered; it fails with ErrNoObject for an object without storage.
 func (rt *Runtime) Inspect(ctx context.Context, namespace, name string) (ObjectReport, error) {
 	var rep ObjectReport
-	err := rt.readObject(ctx, "inspect", namespace, name, func(e alarmindex.Object, r *sqlstore.ReadOnly, o *object) error {
+	err := rt.readObject(ctx, "inspect", namespace, name, func(e runindex.Object, r *sqlstore.ReadOnly, o *object) error {
 		var err error
 		rep, err = rt.report(ctx, e, r, o)
 		return err
@@ -132,7 +133,7 @@ func (rt *Runtime) Query(ctx context.Context, namespace, name string, limit int,
 	}
 	limit = min(limit, MaxQueryRows)
 	var res QueryResult
-	err := rt.readObject(ctx, "query", namespace, name, func(_ alarmindex.Object, r *sqlstore.ReadOnly, _ *object) error {
+	err := rt.readObject(ctx, "query", namespace, name, func(_ runindex.Object, r *sqlstore.ReadOnly, _ *object) error {
 		if strings.TrimSpace(query) == "" {
 			return ErrNoStatement
 		}
@@ -189,14 +190,14 @@ func (rt *Runtime) Check(ctx context.Context) ([]Problem, error) {
 	if rt.isClosed.Load() {
 		return nil, ErrClosed
 	}
-	ix := rt.sched.ix
+	ix := rt.ix
 	var out []Problem
 	verdict, err := ix.Check()
 	if err != nil {
 		return nil, fmt.Errorf("core: check: %w", err)
 	}
 	if verdict != "ok" {
-		out = append(out, Problem{File: "_runtime.sqlite", Problem: "integrity check: " + verdict})
+		out = append(out, Problem{File: datadir.IndexFile, Problem: "integrity check: " + verdict})
 	}
 	type key struct{ ns, id string }
 	type indexed struct {
@@ -218,7 +219,7 @@ func (rt *Runtime) Check(ctx context.Context) ([]Problem, error) {
 		bad := func(format string, a ...any) {
 			out = append(out, Problem{Namespace: e.Namespace, Name: e.Name, File: e.File, Problem: fmt.Sprintf(format, a...)})
 		}
-		if fileSize(filepath.Join(rt.dir, e.File)) == 0 {
+		if datadir.FileSize(filepath.Join(rt.dir, e.File)) == 0 {
 			bad("database missing or empty")
 			delete(alarms, key{e.Namespace, e.ID})
 			continue
@@ -261,7 +262,7 @@ func (rt *Runtime) Check(ctx context.Context) ([]Problem, error) {
 func fmtTime(ns int64) string { return time.Unix(0, ns).UTC().Format(time.RFC3339Nano) }
 
 // readObject runs fn on a read-only connection to the named object's database; see readEntry.
-func (rt *Runtime) readObject(ctx context.Context, op, namespace, name string, fn func(e alarmindex.Object, r *sqlstore.ReadOnly, o *object) error) error {
+func (rt *Runtime) readObject(ctx context.Context, op, namespace, name string, fn func(e runindex.Object, r *sqlstore.ReadOnly, o *object) error) error {
 	fail := func(err error) error { return &Error{Op: op, Namespace: namespace, Name: name, Err: err} }
 	if rt.isClosed.Load() {
 		return fail(ErrClosed)
@@ -272,7 +273,7 @@ func (rt *Runtime) readObject(ctx context.Context, op, namespace, name string, f
 	if err := validateName(name); err != nil {
 		return fail(err)
 	}
-	e, known, err := rt.sched.ix.LookupName(namespace, name) // a facet's namespace is "<parent>.<kind>"
+	e, known, err := rt.ix.LookupName(namespace, name) // a facet's namespace is "<parent>.<kind>"
 	if err != nil {
 		return fail(err)
 	}
@@ -288,10 +289,10 @@ func (rt *Runtime) readObject(ctx context.Context, op, namespace, name string, f
 // readEntry runs fn on a read-only connection to the catalog entry's database: holding the
 // object's gate, as a turn that builds no instance, if its namespace is registered (o is then the
 // object); straight from the file otherwise (o is nil).
-func (rt *Runtime) readEntry(ctx context.Context, e alarmindex.Object, fn func(r *sqlstore.ReadOnly, o *object) error) error {
+func (rt *Runtime) readEntry(ctx context.Context, e runindex.Object, fn func(r *sqlstore.ReadOnly, o *object) error) error {
 	read := func(o *object) error {
 		path := filepath.Join(rt.dir, e.File)
-		if fileSize(path) == 0 {
+		if datadir.FileSize(path) == 0 {
 			return &DamagedError{Path: path, Reason: "missing or empty"}
 		}
 		r, err := sqlstore.OpenReadOnly(path)
@@ -319,9 +320,9 @@ func (rt *Runtime) readEntry(ctx context.Context, e alarmindex.Object, fn func(r
 }
 
 // report reads an object's report on r; o is the object, its gate held, or nil.
-func (rt *Runtime) report(ctx context.Context, e alarmindex.Object, r *sqlstore.ReadOnly, o *object) (ObjectReport, error) {
+func (rt *Runtime) report(ctx context.Context, e runindex.Object, r *sqlstore.ReadOnly, o *object) (ObjectReport, error) {
 	rep := ObjectReport{Namespace: e.Namespace, Name: e.Name, ID: e.ID, File: e.File,
-		Size: fileSize(filepath.Join(rt.dir, e.File)), Created: time.Unix(0, e.Created)}
+		Size: datadir.FileSize(filepath.Join(rt.dir, e.File)), Created: time.Unix(0, e.Created)}
 	err := r.Query(ctx, "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name", nil, func(rows *sql.Rows) error {
 		var t TableInfo
 		err := rows.Scan(&t.Name)
@@ -366,7 +367,7 @@ func (rt *Runtime) report(ctx context.Context, e alarmindex.Object, r *sqlstore.
 			return rep, err
 		}
 	}
-	letters, err := rt.sched.ix.Letters()
+	letters, err := rt.ix.Letters()
 	if err != nil {
 		return rep, err
 	}
@@ -393,7 +394,7 @@ func (rt *Runtime) report(ctx context.Context, e alarmindex.Object, r *sqlstore.
 // and its database is closed after it. Its timers are committed to the index like any object's;
 // the scheduler keeps them until the namespace is registered.
 func (rt *Runtime) offline(ctx context.Context, nsName, name, id string, fn func(context.Context, any) error) error {
-	ns := &namespace{rt: rt, name: nsName, dir: filepath.Join(rt.dir, nsName), stat: new(telemetry.Namespace),
+	ns := &namespace{rt: rt, name: nsName, dir: datadir.NamespaceDir(rt.dir, nsName), stat: new(telemetry.Namespace),
 		objects: make(map[string]*object), closing: make(map[string]chan struct{})}
 	o := ns.object(name, id, placement{})
 	err := o.hold(ctx, func() error {

@@ -13,8 +13,9 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/durable-go/durable/core"
 	"github.com/stretchr/testify/require"
+
+	"github.com/durable-go/durable/core"
 )
 
 // jotter is a note with schedule entries.

@@ -5,8 +5,9 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/durable-go/durable/core"
 	"github.com/stretchr/testify/require"
+
+	"github.com/durable-go/durable/core"
 )
 
 // notes is an object whose schema comes from the migration steps a test

@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
 
+	"github.com/durable-go/durable/core/internal/datadir"
 	"github.com/durable-go/durable/core/internal/telemetry"
 )
 
@@ -49,7 +49,7 @@ func Register[T any](rt *Runtime, name string, ctor func(context.Context, *State
 	if ctor == nil {
 		return nil, errors.New("core: Register: nil constructor")
 	}
-	dir := filepath.Join(rt.dir, name)
+	dir := datadir.NamespaceDir(rt.dir, name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("core: register %s: %w", name, err)
 	}
@@ -67,7 +67,7 @@ func Register[T any](rt *Runtime, name string, ctor func(context.Context, *State
 	rt.namespaces[name] = ns
 	rt.mu.Unlock()
 	// After rt.mu is released: a fire takes the scheduler's lock, then rt.mu.
-	rt.sched.unpark(name)
+	rt.sched.Unpark(name)
 	return &Namespace[T]{ns: ns}, nil
 }
 

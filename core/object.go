@@ -3,11 +3,11 @@ package core
 import (
 	"database/sql"
 	"errors"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/durable-go/durable/core/internal/datadir"
 	"github.com/durable-go/durable/core/internal/replica"
 	"github.com/durable-go/durable/core/internal/telemetry"
 )
@@ -75,7 +75,7 @@ type placement struct {
 
 // topPlace places a top-level object: its own timers table, its files in its namespace's directory.
 func topPlace(ns *namespace, name, id string) placement {
-	return placement{name: name, db: filepath.Join(ns.dir, id+".sqlite"), facets: filepath.Join(ns.dir, id+".facets"),
+	return placement{name: name, db: datadir.DBFile(ns.dir, id), facets: datadir.FacetsDir(ns.dir, id),
 		timers: timerHome{ns: ns, name: name, id: id}}
 }
 
@@ -506,15 +506,15 @@ func (o *object) Indexed() {
 		nil, func(r *sql.Rows) error { return r.Scan(&created, &at) })
 	if err == nil {
 		e := o.catalogEntry()
-		e.Size = fileSize(o.place.db)
+		e.Size = datadir.FileSize(o.place.db)
 		if created.Valid {
 			e.Created = created.Int64
 		}
-		err = o.rt.sched.ix.Catalog(e, false)
+		err = o.rt.ix.Catalog(e, false)
 	}
 	if err == nil && at.Int64 != 0 {
-		if err = o.rt.sched.ensureIndexed(o.ns.name, o.id, o.name, at.Int64); err == nil {
-			o.rt.sched.schedule(o.ns.name, o.id, o.name, at.Int64)
+		if err = o.rt.sched.EnsureIndexed(o.ns.name, o.id, o.name, at.Int64); err == nil {
+			o.rt.sched.Schedule(o.ns.name, o.id, o.name, at.Int64)
 		}
 	}
 	if err != nil {

@@ -17,7 +17,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/durable-go/durable/core/internal/datadir"
 	"github.com/durable-go/durable/core/internal/replica"
+	"github.com/durable-go/durable/core/internal/runindex"
 	"github.com/durable-go/durable/core/internal/sqlstore"
 	"github.com/durable-go/durable/core/internal/telemetry"
 )
@@ -52,10 +54,11 @@ type Runtime struct {
 	closing  sync.Map     // *object -> time.Time: evicted databases being closed
 	checked  sync.Map     // database path -> struct{}: passed its quick check in this runtime
 	shedding sync.Mutex   // held by the one caller of shed evicting
-	sched    *scheduler
+	sched    *runindex.Scheduler
+	ix       *runindex.Index        // the alarm index, the catalog and the dead letters
 	template func() ([]byte, error) // an empty object database, built once
 	ws       wsHub                  // the WebSocket connections
-	lock     *dirLock               // the data directory's OS lock, held until Shutdown ends
+	lock     *datadir.Lock          // the data directory's OS lock, held until Shutdown ends
 	repl     *replica.Node          // cluster mode; nil in the single-process runtime
 }
 
@@ -120,8 +123,8 @@ func Open(opts Options) (*Runtime, error) {
 		rt.opts.OnAlarmDropped = rt.logDropped
 	}
 	rt.template = sync.OnceValues(func() ([]byte, error) { return sqlstore.BuildTemplate(rt.dir, runtimeSchema) })
-	if rt.sched, err = newScheduler(rt); err != nil {
-		rt.lock.unlock()
+	if err = rt.startScheduler(); err != nil {
+		rt.lock.Unlock()
 		if rt.ownDir {
 			os.RemoveAll(rt.dir)
 		}
@@ -140,7 +143,7 @@ func (rt *Runtime) Dir() string { return rt.dir }
 func (rt *Runtime) Stats() Stats {
 	c := rt.counts.Totals()
 	return Stats{Turns: c.Turns, Commits: c.Commits, Constructs: c.Constructs, Evictions: c.Evictions,
-		Resident: c.Resident, OpenDBs: c.OpenDBs, Alarms: int64(rt.sched.pending()),
+		Resident: c.Resident, OpenDBs: c.OpenDBs, Alarms: int64(rt.sched.Pending()),
 		Cluster: rt.clusterStats()}
 }
 
@@ -220,7 +223,7 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 	}
 	// Fires started before Shutdown hold calls too; stop the scheduler after them so that their
 	// retries are recorded.
-	errs := []error{rt.sched.closeLoop()}
+	errs := []error{rt.sched.Close()}
 	if err := waitCalls(); err != nil {
 		return err
 	}
@@ -232,11 +235,11 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 	if rt.repl != nil { // the objects are closed and their leases handed back: stop renewing
 		errs = append(errs, rt.repl.Close())
 	}
-	errs = append(errs, rt.sched.closeIndex())
+	errs = append(errs, rt.ix.Close())
 	if rt.ownDir {
 		errs = append(errs, os.RemoveAll(rt.dir))
 	}
-	errs = append(errs, rt.lock.unlock()) // the directory is free for the next runtime
+	errs = append(errs, rt.lock.Unlock()) // the directory is free for the next runtime
 	rt.tel.Close()
 	rt.shutDone = true
 	return errors.Join(errs...)
@@ -344,7 +347,7 @@ func (rt *Runtime) janitor() {
 		case <-t.C:
 			now := rt.now()
 			rt.clock.Store(now.UnixNano())
-			rt.sched.poke() // the clock may have moved
+			rt.sched.Poke() // the clock may have moved
 			rt.evictIdle(now)
 		}
 	}

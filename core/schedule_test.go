@@ -8,8 +8,9 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/durable-go/durable/core"
 	"github.com/stretchr/testify/require"
+
+	"github.com/durable-go/durable/core"
 )
 
 // planner keeps a schedule (and an alarm); its handlers log what ran.

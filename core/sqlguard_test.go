@@ -9,8 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/durable-go/durable/core"
 	"github.com/stretchr/testify/require"
+
+	"github.com/durable-go/durable/core"
 )
 
 // S-O5: the three ways TEMP objects got past the authorizer are refused with

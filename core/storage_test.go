@@ -8,8 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/durable-go/durable/core"
 	"github.com/stretchr/testify/require"
+
+	"github.com/durable-go/durable/core"
 )
 
 // in runs fn as a turn of the item object name and fails the test if the

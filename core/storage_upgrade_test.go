@@ -8,8 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/durable-go/durable/core"
 	"github.com/stretchr/testify/require"
+
+	"github.com/durable-go/durable/core"
 )
 
 // S-A1: an object whose database was made by an earlier version, with a

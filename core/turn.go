@@ -582,7 +582,7 @@ func (o *object) commit() error {
 	var err error
 	if b.timers {
 		if next, err = o.nextTimer(); err == nil && !next.del {
-			err = o.rt.sched.ensureIndexed(o.ns.name, o.id, o.name, next.at)
+			err = o.rt.sched.EnsureIndexed(o.ns.name, o.id, o.name, next.at)
 		}
 	}
 	if err == nil && b.initMeta { // the batch creates the database: the catalog learns of it first
@@ -606,7 +606,7 @@ func (o *object) commit() error {
 		o.rt.tel.Committed(o.ns.stat, start, b.turns)
 	}
 	if b.timers {
-		o.rt.sched.committed(o.ns.name, o.id, o.name, next)
+		o.rt.alarmCommitted(o.ns.name, o.id, o.name, next)
 	}
 	err = b.finish(nil)
 	if o.repl != nil {

@@ -9,9 +9,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/durable-go/durable/core"
 	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/require"
+
+	"github.com/durable-go/durable/core"
 )
 
 // ledger stores every message it receives and answers "ok:" + message;

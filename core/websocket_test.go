@@ -12,10 +12,11 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/durable-go/durable/core"
-	"github.com/durable-go/durable/core/coretest"
 	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/require"
+
+	"github.com/durable-go/durable/core"
+	"github.com/durable-go/durable/core/coretest"
 )
 
 // chat is the tests' room object: it accepts WebSockets, keeps each

@@ -11,9 +11,10 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/gorilla/websocket"
+
 	"github.com/durable-go/durable/core/internal/telemetry"
 	"github.com/durable-go/durable/core/internal/wsconn"
-	"github.com/gorilla/websocket"
 )
 
 // wsHub is the runtime's register of connections by owning object, whose events it delivers as

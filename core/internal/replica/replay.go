@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/durable-go/durable/core/internal/datadir"
 	"github.com/durable-go/durable/core/internal/sqlstore"
 	"github.com/durable-go/durable/core/internal/walship"
 	"github.com/durable-go/durable/internal/logrecord"
@@ -184,7 +185,7 @@ func (x *Object) replay(h Host, after uint64, want *logrecord.BatchID, st *sqlst
 			if err = os.Rename(target, path); err != nil {
 				return 0, false, nil, err
 			}
-			syncDir(filepath.Dir(path))
+			datadir.SyncDir(filepath.Dir(path))
 		}
 		h.Replaced()
 	}
@@ -321,13 +322,5 @@ func removeLocal(path string) {
 		if err := os.Remove(path + suffix); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
-	}
-}
-
-// syncDir makes a rename in dir durable.
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
 	}
 }

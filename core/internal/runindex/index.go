@@ -1,9 +1,4 @@
-// Package alarmindex is the runtime's own database: when each object's earliest timer is due (so
-// due alarms are found without opening every object), the dead letters (timers given up after
-// their last retry), and the catalog of objects with storage. It knows objects only as (namespace,
-// id, name). All of it can be rebuilt from the objects' own databases (the runtime does, when this
-// one is lost).
-package alarmindex
+package runindex
 
 import (
 	"context"
@@ -153,14 +148,17 @@ func Open(path string) (ix *Index, newCatalog bool, err error) {
 	return ix, n == 0, nil
 }
 
-// Close closes the index.
+// Close writes what is pending and closes the index.
 func (ix *Index) Close() error {
+	err := ix.Flush()
 	ix.connMu.Lock()
 	defer ix.connMu.Unlock()
 	for _, st := range ix.stmts {
 		st.Close()
 	}
-	err := ix.conn.Close()
+	if cerr := ix.conn.Close(); err == nil {
+		err = cerr
+	}
 	if cerr := ix.db.Close(); err == nil {
 		err = cerr
 	}

@@ -1,4 +1,4 @@
-package alarmindex
+package runindex
 
 import (
 	"context"

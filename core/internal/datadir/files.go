@@ -1,0 +1,122 @@
+package datadir
+
+import (
+	"database/sql"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"modernc.org/sqlite"
+
+	"github.com/durable-go/durable/core/internal/sqlstore"
+)
+
+// NamespaceDir is the directory of a namespace's top-level objects.
+func NamespaceDir(root, ns string) string { return filepath.Join(root, ns) }
+
+// DBFile is the database of the object id whose files are in dir (a namespace's directory, or its
+// parent's FacetsDir).
+func DBFile(dir, id string) string { return filepath.Join(dir, id+".sqlite") }
+
+// FacetsDir is the directory of the object id's facets.
+func FacetsDir(dir, id string) string { return filepath.Join(dir, id+".facets") }
+
+// IsFacetFile reports whether a database file, relative to the data directory, is a facet's.
+func IsFacetFile(rel string) bool { return strings.Contains(rel, ".facets") }
+
+// FileSize is the size of a database with its WAL.
+func FileSize(path string) int64 {
+	var n int64
+	for _, suffix := range []string{"", "-wal"} {
+		if fi, err := os.Stat(path + suffix); err == nil {
+			n += fi.Size()
+		}
+	}
+	return n
+}
+
+// DirExists reports whether path is a directory.
+func DirExists(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.IsDir()
+}
+
+// SyncDir makes a directory's entries durable (best effort: some systems cannot sync directories).
+func SyncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+}
+
+// CopyFileSync copies src to dst and syncs dst.
+func CopyFileSync(src, dst string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return sqlstore.WriteFileSync(dst, b)
+}
+
+// QuickCheck runs SQLite's quick check on an open database and returns its verdict ("ok" when
+// sound). It reads every page.
+func QuickCheck(db *sqlstore.DB) (string, error) {
+	var check string
+	err := db.QueryOwn("PRAGMA main.quick_check(1)", nil, func(r *sql.Rows) error { return r.Scan(&check) })
+	return check, err
+}
+
+// CheckFile opens a database file on its own and runs SQLite's quick check on it. damage says what
+// is wrong with the file ("" if nothing); err is a failure to open it at all.
+func CheckFile(path string) (damage string, err error) {
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		return "", err
+	}
+	defer db.Close()
+	var check string
+	if err := db.QueryRow("PRAGMA main.quick_check(1)").Scan(&check); err != nil {
+		return err.Error(), nil
+	}
+	if check != "ok" {
+		return "quick check: " + check, nil
+	}
+	return "", nil
+}
+
+// IsCorrupt reports whether err is SQLite's verdict that a file is not a sound database.
+func IsCorrupt(err error) bool {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	switch se.Code() & 0xff {
+	case 11, 26: // SQLITE_CORRUPT, SQLITE_NOTADB
+		return true
+	}
+	return false
+}
+
+// Quarantine moves an object's files (its database db with its WAL and shared memory, and its
+// facets' directory facets) into root/_quarantine/<ns>/<id>-<now>/, durably, and returns that
+// directory.
+func Quarantine(root, ns, id, db, facets string, now time.Time) (string, error) {
+	dest := filepath.Join(root, "_quarantine", ns, id+"-"+now.UTC().Format("20060102T150405.000000000Z"))
+	if err := os.MkdirAll(dest, 0o755); err != nil {
+		return "", err
+	}
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		if err := os.Rename(db+suffix, DBFile(dest, id)+suffix); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return "", err
+		}
+	}
+	if err := os.Rename(facets, FacetsDir(dest, id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", err
+	}
+	SyncDir(filepath.Dir(db))
+	SyncDir(dest)
+	return dest, nil
+}
