@@ -1,0 +1,341 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+
+	"github.com/durable-go/durable/core/internal/telemetry"
+	"github.com/durable-go/durable/core/internal/wsconn"
+)
+
+// A turn's writes and output, from its segments to their commit. A segment's writes run in a
+// savepoint of the object's open batch (a group commit: the segments whose writes share one
+// transaction), or in the batch's transaction itself when the segment opened it (db); its output
+// is a list of effects, held until the batch commits (endSegment). The batch commits when no other
+// turn is queued to join it (leave, commit); then its output leaves and its turns go on. A failure
+// of the batch's own statements, or of its commit, fails the object (fail).
+
+// effect is one piece of a turn's output, held until the batch holding the turn's writes is
+// durable. Sends, closes and accepts are values (a broadcast holds a thousand of them); anything
+// else is a func told whether the writes committed.
+type effect struct {
+	kind effectKind
+	ws   *WebSocket
+	msg  Message
+	end  *wsconn.End
+	fn   func(committed bool)
+}
+
+type effectKind uint8
+
+const (
+	effFunc effectKind = iota
+	effSend
+	effClose
+	effAccept // undone (closed with 1011) if the turn fails
+)
+
+// emit adds an effect to the segment's output.
+func (t *turn) emit(e effect) {
+	s := t.seg()
+	s.mu.Lock()
+	if s.effects == nil {
+		if p, ok := effectPool.Get().(*[]effect); ok {
+			s.effects = *p
+		}
+	}
+	s.effects = append(s.effects, e)
+	s.mu.Unlock()
+}
+
+// Effect lists are pooled: a broadcast to a thousand members needs one.
+var effectPool sync.Pool
+
+// release carries out effects once their writes are durable (committed) or drops them (the segment
+// or the commit failed).
+func release(effects []effect, committed bool) {
+	defer recycle(effects)
+	for i := range effects {
+		switch e := &effects[i]; {
+		case e.kind == effFunc:
+			e.fn(committed)
+		case !committed:
+			if e.kind == effAccept {
+				e.ws.c.StartClose(&wsconn.End{Code: CloseInternalError, Reason: "accept rolled back"})
+			}
+		case e.kind == effSend:
+			if e.ws.c.Enqueue(wsconn.Frame(e.msg)) {
+				e.ws.rt.tel.Count(e.ws.ns.stat, telemetry.MessageOut)
+			}
+		case e.kind == effClose:
+			e.ws.c.StartClose(e.end)
+		}
+	}
+}
+
+func recycle(effects []effect) {
+	if effects != nil && cap(effects) <= 1<<16 {
+		clear(effects)
+		effects = effects[:0]
+		effectPool.Put(&effects)
+	}
+}
+
+// batch is a group commit: the segments whose writes share one transaction.
+type batch struct {
+	done     chan struct{} // closed when the commit is over
+	err      error         // the commit's error, set before done is closed
+	turns    int
+	dirty    bool // something was written
+	initMeta bool // the batch created the runtime's tables
+	timers   bool // a segment in it changed a timer
+	effects  []effect
+}
+
+// over reports whether the batch's commit is over (read by the gate holder).
+func (b *batch) over() bool {
+	select {
+	case <-b.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (b *batch) wait() error {
+	if b == nil {
+		return nil
+	}
+	<-b.done
+	return b.err
+}
+
+// db returns the open database with the segment's savepoint in place, opening the database and the
+// group-commit batch as needed.
+func (t *turn) db() (*store, error) {
+	o := t.o
+	t.seg()
+	if o.store == nil {
+		if o.repl != nil {
+			if err := o.repl.Servable(); err != nil {
+				return nil, err
+			}
+		}
+		o.ns.waitClosed(o.id)
+		st, fresh, err := o.openDB()
+		if err != nil {
+			return nil, fmt.Errorf("core: open database: %w", err)
+		}
+		if o.repl != nil {
+			if err := o.repl.Opened(fresh); err != nil {
+				st.Close()
+				return nil, fmt.Errorf("core: open database: %w", err)
+			}
+		}
+		o.AdoptDB(st, fresh)
+	}
+	st := o.store
+	if o.batch == nil {
+		if err := st.Control("BEGIN"); err != nil {
+			return nil, o.fail(err)
+		}
+		o.batch = &batch{done: make(chan struct{})}
+		t.sp = spTx
+		if o.fresh {
+			err := st.ExecOwn(runtimeSchema)
+			if err == nil {
+				err = o.initMeta(st)
+			}
+			if err != nil {
+				return nil, o.fail(err)
+			}
+			o.fresh = false
+			o.batch.dirty, o.batch.initMeta = true, true
+		}
+	}
+	if t.sp == spNone {
+		if err := st.Control("SAVEPOINT turn"); err != nil {
+			return nil, o.fail(err)
+		}
+		t.sp = spSavepoint
+	}
+	return st, nil
+}
+
+// write is db for statements that change something.
+func (t *turn) write() (*store, error) {
+	st, err := t.db()
+	if err == nil {
+		t.o.batch.dirty = true
+	}
+	return st, err
+}
+
+// endSegment closes the segment: its Rows are closed, its savepoint is released into the batch (or
+// rolled back), and its effects join the batch (or are dropped; with nothing uncommitted they are
+// released now).
+func (t *turn) endSegment(failed bool) error {
+	o := t.o
+	t.flags.And(^uint32(turnLive))
+	if !t.is(turnHasSeg) { // no storage, no output
+		return nil
+	}
+	s := t.seg()
+	s.mu.Lock()
+	effects := s.effects
+	s.effects = nil
+	s.mu.Unlock()
+	for _, r := range t.rows {
+		r.rows.Close()
+	}
+	clear(t.rows)
+	t.rows, t.depth = t.rows[:0], 0
+	timers := t.timers && !failed
+	t.timers = false
+
+	var err error
+	sp := t.sp
+	switch {
+	case sp == spNone:
+	case failed && sp == spTx:
+		// The segment opened the batch: nothing else is in it.
+		b := o.batch
+		o.batch = nil
+		if b.initMeta {
+			o.fresh = true
+		}
+		err = o.store.Control("ROLLBACK")
+		close(b.done)
+	case failed:
+		err = o.store.Control("ROLLBACK TO turn")
+		if err == nil {
+			err = o.store.Control("RELEASE turn")
+		}
+	case sp == spSavepoint:
+		err = o.store.Control("RELEASE turn")
+	}
+	t.sp = spNone
+	if err != nil {
+		err = o.fail(err)
+		failed = true
+	}
+	if b := o.batch; b != nil && !failed {
+		if sp != spNone {
+			b.turns++
+		}
+		b.timers = b.timers || timers
+		if b.effects == nil {
+			b.effects = effects
+		} else if effects != nil {
+			b.effects = append(b.effects, effects...)
+			recycle(effects)
+		}
+		return nil
+	}
+	if effects != nil {
+		release(effects, !failed)
+	}
+	return err
+}
+
+// leave ends a holder's use of the gate, before it passes the gate on. The open batch is committed
+// now if no other turn is queued to join it (or it is full); otherwise the next turn joins it and
+// this one waits for that commit. leave returns the batch.
+func (o *object) leave() *batch {
+	b := o.batch
+	if b != nil {
+		queued := o.queued()
+		if !queued && b.turns == 1 && o.lastBatch > 1 {
+			// The callers of the last batch were all released at once by its commit; the first one
+			// back should not commit alone while the others are on their way. Give them a moment to
+			// queue.
+			runtime.Gosched()
+			queued = o.queued()
+		}
+		if b.turns >= o.rt.opts.MaxBatch || !queued {
+			o.lastBatch = b.turns
+			o.commit()
+		}
+	}
+	return b
+}
+
+// commit makes the open batch durable, then releases its output and every turn waiting for it. If
+// the batch changed a timer, the runtime's alarm index learns the earliest one before the commit
+// (so a crash can leave an early index entry, never a missing one) and the scheduler after it.
+func (o *object) commit() error {
+	b := o.batch
+	start := o.rt.tel.CommitStart()
+	var next alarmChange
+	var err error
+	if b.timers {
+		if next, err = o.nextTimer(); err == nil && !next.del {
+			err = o.rt.sched.EnsureIndexed(o.ns.name, o.id, o.name, next.at)
+		}
+	}
+	if err == nil && b.initMeta { // the batch creates the database: the catalog learns of it first
+		err = o.cataloged()
+	}
+	if err == nil && o.repl != nil {
+		err = o.repl.Prepare(o.store, b.dirty)
+	}
+	if err == nil {
+		err = o.store.Control("COMMIT")
+	}
+	if err == nil && o.repl != nil { // the output waits for the log to hold the commit
+		err = o.repl.Ship(o.store, b.dirty)
+	}
+	if err != nil {
+		return o.fail(err)
+	}
+	o.batch = nil
+	if b.dirty {
+		o.rt.counts.Commit()
+		o.rt.tel.Committed(o.ns.stat, start, b.turns)
+	}
+	if b.timers {
+		o.rt.alarmCommitted(o.ns.name, o.id, o.name, next)
+	}
+	err = b.finish(nil)
+	if o.repl != nil {
+		if serr := o.repl.Committed(o.store); serr != nil {
+			o.fail(serr)
+		}
+	}
+	return err
+}
+
+// finish ends the batch: its output leaves (or, with err, is dropped) and its turns go on.
+func (b *batch) finish(err error) error {
+	b.err = err
+	release(b.effects, err == nil)
+	b.effects = nil
+	close(b.done)
+	return err
+}
+
+// fail is the one failure path of an object: the runtime's own transaction statements failed (the
+// connection's state is unknown), or its commit could not be made, or, in cluster mode, another
+// node took it over. The open batch is abandoned (its turns receive the error, its output is
+// dropped), the database closed and the instance dropped; the next turn rebuilds from what is
+// durable. In cluster mode the local file goes too: it may be ahead of the log.
+func (o *object) fail(cause error) error {
+	err := cause
+	switch {
+	case errors.Is(cause, ErrFenced), errors.Is(cause, ErrLeaseUnproven), errors.Is(cause, ErrCommitUnknown), errors.Is(cause, ErrCommitFailed):
+	default:
+		err = fmt.Errorf("%w: %w", ErrCommitFailed, cause)
+	}
+	if b := o.batch; b != nil {
+		o.batch = nil
+		b.finish(err)
+	}
+	o.CloseDB()
+	o.inst, o.built = nil, false
+	if o.repl != nil {
+		o.repl.Failed(o, cause)
+	}
+	return err
+}
