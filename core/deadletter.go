@@ -39,7 +39,8 @@ func (rt *Runtime) logDropped(dl DeadLetter) {
 }
 
 // DeadLetters lists the dead-letter table, oldest first.
-func (rt *Runtime) DeadLetters() ([]DeadLetter, error) {
+func (a *Admin) DeadLetters() ([]DeadLetter, error) {
+	rt := a.rt
 	if rt.isClosed.Load() {
 		return nil, ErrClosed
 	}
@@ -57,8 +58,9 @@ func (rt *Runtime) DeadLetters() ([]DeadLetter, error) {
 // entry with its kind and payload. The object's constructor does not run for it if its namespace is not
 // registered (a tool on a directory no server holds): the timer is written to its database, and
 // fires once a runtime registering the namespace opens the directory.
-func (rt *Runtime) Rearm(ctx context.Context, seq int64, at time.Time) error {
-	dls, err := rt.DeadLetters()
+func (a *Admin) Rearm(ctx context.Context, seq int64, at time.Time) error {
+	rt := a.rt
+	dls, err := a.DeadLetters()
 	if err != nil {
 		return &Error{Op: "rearm", Err: err}
 	}

@@ -200,8 +200,8 @@ func (s *Storage) QueryRow(ctx context.Context, query string, args ...any) *Row 
 }
 
 // One runs a statement that must return exactly one row (the original's .one(), SEMANTICS W7):
-// Row.Scan fails with ErrNoResults if it returned none and with ErrMultipleResults if it returned
-// more than one.
+// Row.Scan fails with ErrNoRows ("no results") if it returned none and with ErrMultipleResults if it
+// returned more than one.
 func (s *Storage) One(ctx context.Context, query string, args ...any) *Row {
 	rows, err := s.Query(ctx, query, args...)
 	return &Row{rows: rows, err: err, query: query, one: true}
@@ -367,8 +367,8 @@ type Row struct {
 	one   bool // from One: exactly one row
 }
 
-// Scan copies the row's columns into dest. It returns ErrNoRows if there was no row (ErrNoResults
-// from One, which also matches ErrNoRows), and, from One, ErrMultipleResults if there were more.
+// Scan copies the row's columns into dest. It returns ErrNoRows if there was no row, and, from One,
+// ErrMultipleResults if there were more.
 func (r *Row) Scan(dest ...any) error {
 	if r.err != nil {
 		return r.err
@@ -379,7 +379,7 @@ func (r *Row) Scan(dest ...any) error {
 			return err
 		}
 		if r.one {
-			return fmt.Errorf("%w (in %q)", ErrNoResults, short(r.query))
+			return fmt.Errorf("core: exactly one row expected: no results (in %q): %w", short(r.query), ErrNoRows)
 		}
 		return ErrNoRows
 	}

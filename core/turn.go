@@ -608,7 +608,7 @@ func (o *object) poison(cause error) error {
 	if o.rs != nil { // cluster mode: the local file may be ahead of the log
 		return o.discard(cause)
 	}
-	err := fmt.Errorf("%w: %v", ErrCommitFailed, cause)
+	err := fmt.Errorf("%w: %w", ErrCommitFailed, cause)
 	if b := o.batch; b != nil {
 		o.batch = nil
 		b.finish(err)
