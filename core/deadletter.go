@@ -15,7 +15,7 @@ import (
 
 // DeadLetter records an alarm that failed on every run its RetryPolicy allowed. The original
 // runtime drops such an alarm silently; this runtime writes it durably to the runtime's dead-letter
-// table, reports it to Options.OnAlarmDropped, and can arm it again (Runtime.Rearm).
+// table, reports it to Options.OnAlarmDropped, and can arm it again (Admin.Rearm).
 type DeadLetter struct {
 	Seq       int64     // the record's number
 	Namespace string    // the object's namespace

@@ -12,8 +12,8 @@ import (
 )
 
 // The inspector: what the runtime holds, read-only, as JSON (/inspect/...)
-// and as a page (/inspect). Objects are read through Runtime.Inspect and
-// Runtime.Query, in a turn of their own that cannot write.
+// and as a page (/inspect). Objects are read through Admin.Inspect and
+// Admin.Query, in a turn of their own that cannot write.
 
 // inspectNamespaces lists the catalog's namespaces and the runtime's stats.
 func (a *app) inspectNamespaces(*http.Request) (any, error) {
