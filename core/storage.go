@@ -14,6 +14,12 @@ import (
 // together (with other turns' in one group commit) or not at all. Storage calls never open the
 // input gate: a read and a write with no Await between them cannot be interleaved with another
 // turn. Statements are prepared once per query text and cached: pass values as ? arguments.
+//
+// SQL: Exec, Query, QueryRow (the first row, as database/sql) and One (exactly one row); errors
+// carry SQLite's text; values are stored exactly (an int64 keeps every digit, a bool is 0 or 1, a
+// struct is refused); Transaction nests a transaction in the turn. KV: Get, Put, Delete, their
+// batch forms and List with the original's options, within MaxKeyLen, MaxValueLen and MaxBatchKeys.
+// Migrate runs the object's schema steps once each; DeleteAll empties the object.
 type Storage struct {
 	o      *object
 	params map[string]int // the parameters of each query seen (-1: no statement), for checkArgs
