@@ -80,7 +80,7 @@ func BenchmarkBackup(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		c1, t1 := calls.Load(), time.Now()
-		p, err := rt.Backup(ctx, filepath.Join(dst, fmt.Sprint(i)), core.BackupOptions{})
+		p, err := rt.Admin().Backup(ctx, filepath.Join(dst, fmt.Sprint(i)), core.BackupOptions{})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -190,7 +190,7 @@ func TestAlarm_RetryLadderThenDeadLetter(t *testing.T) {
 		}
 		_, ok := c.alarm(t, "o")
 		require.False(t, ok, "dropped")
-		dls, err := c.rt.DeadLetters()
+		dls, err := c.rt.Admin().DeadLetters()
 		require.NoError(t, err)
 		require.Len(t, dls, 1)
 		dl := dls[0]
@@ -203,13 +203,13 @@ func TestAlarm_RetryLadderThenDeadLetter(t *testing.T) {
 		require.Equal(t, []core.DeadLetter{dl}, hooked)
 
 		fail = false
-		require.NoError(t, c.rt.Rearm(context.Background(), dl.Seq, time.Now()))
+		require.NoError(t, c.rt.Admin().Rearm(context.Background(), dl.Seq, time.Now()))
 		synctest.Wait()
 		time.Sleep(time.Millisecond)
 		synctest.Wait()
 		require.Len(t, c.log.of("alarm"), 8, "re-armed alarm ran")
 		require.Equal(t, 0, c.log.of("alarm")[7].info.RetryCount)
-		dls, err = c.rt.DeadLetters()
+		dls, err = c.rt.Admin().DeadLetters()
 		require.NoError(t, err)
 		require.Empty(t, dls)
 	})

@@ -67,7 +67,7 @@ func TestAlarm_DroppedHookPanicIsRecovered(t *testing.T) {
 	if _, ok := logs.waitFor(hookPanic, hangGuard); !ok {
 		t.Errorf("no log record names the hook's panic %q; got %q", hookPanic, logs.all())
 	}
-	dls, err := rt.DeadLetters()
+	dls, err := rt.Admin().DeadLetters()
 	require.NoError(t, err)
 	if len(dls) != 1 || dls[0].Name != "c1" {
 		t.Errorf("DeadLetters: got %+v, want one for c1", dls)

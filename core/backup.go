@@ -51,7 +51,8 @@ type BackupOptions struct {
 // Until the backup is complete, dst holds a marker file, and Open refuses it with
 // ErrIncompleteBackup: an interrupted backup (a crash, a cancelled ctx, an error) is never taken for
 // a copy. A complete one holds _backup.json, its manifest.
-func (rt *Runtime) Backup(ctx context.Context, dst string, opts BackupOptions) (BackupProgress, error) {
+func (a *Admin) Backup(ctx context.Context, dst string, opts BackupOptions) (BackupProgress, error) {
+	rt := a.rt
 	start := time.Now()
 	var p BackupProgress
 	fail := func(err error) (BackupProgress, error) {
@@ -161,14 +162,16 @@ func (rt *Runtime) copyObject(ctx context.Context, e runindex.Object, out string
 	rt.mu.RUnlock()
 	if ns != nil && !datadir.IsFacetFile(e.File) {
 		err = ns.with(e.Name, e.ID, placement{}, func(o *object) error {
+			built := true
 			err := o.hold(ctx, func() error {
 				var err error
+				built = o.built
 				at, err = o.vacuumInto(tmp)
 				return err
 			})
 			// An object brought into memory only to be copied leaves at once: a backup does not
 			// fill memory with every object of the directory.
-			if !o.hasStore.Load() && !o.built && o.tryEvict() {
+			if !o.hasStore.Load() && !built && o.tryEvict() {
 				o.evict("backup")
 			}
 			return err
@@ -304,38 +307,32 @@ func checkNotIncompleteBackup(dir string) error {
 }
 
 // Export writes a consistent copy of the object's database (as of its last commit, taken through its
-// gate, between two turns) to w, and returns the bytes written. The copy is an SQLite database that
-// Runtime.Restore takes back. An object without a database yet is an error.
-func (s *Stub[T]) Export(ctx context.Context, w io.Writer) (int64, error) {
-	rt := s.ns.rt
+// gate, between two turns, as Backup copies it) to w, and returns the bytes written. The copy is an
+// SQLite database that Restore takes back. It fails with ErrNoObject for an object without storage.
+func (a *Admin) Export(ctx context.Context, namespace, name string, w io.Writer) (int64, error) {
+	rt := a.rt
+	fail := func(n int64, err error) (int64, error) {
+		return n, &Error{Op: "export", Namespace: namespace, Name: name, Err: err}
+	}
+	e, err := rt.lookup(namespace, name)
+	if err != nil {
+		return fail(0, err)
+	}
 	if err := rt.enter(); err != nil {
-		return 0, s.err("export", err)
+		return fail(0, err)
 	}
 	defer rt.leave()
 	f, err := os.CreateTemp(rt.dir, "_export-*.sqlite")
 	if err != nil {
-		return 0, s.err("export", err)
+		return fail(0, err)
 	}
 	tmp := f.Name()
 	f.Close()
-	os.Remove(tmp) // VACUUM INTO wants a new file
 	defer os.Remove(tmp)
 	err = viaCaller(ctx, func(ctx context.Context) error {
-		return s.ns.with(s.name, s.id, s.place, func(o *object) error {
-			return o.hold(ctx, func() error {
-				if o.store == nil && datadir.FileSize(o.place.db) == 0 {
-					if _, err := os.Stat(o.place.db); errors.Is(err, fs.ErrNotExist) {
-						return errors.New("core: the object has no database yet")
-					}
-				}
-				_, err := o.vacuumInto(tmp)
-				return err
-			})
-		})
+		_, _, err := rt.copyObject(ctx, e, tmp)
+		return err
 	})
-	if err == nil {
-		err = finishCopy(tmp)
-	}
 	var n int64
 	if err == nil {
 		var src *os.File
@@ -345,7 +342,7 @@ func (s *Stub[T]) Export(ctx context.Context, w io.Writer) (int64, error) {
 		}
 	}
 	if err != nil {
-		return n, s.err("export", err)
+		return fail(n, err)
 	}
 	return n, nil
 }

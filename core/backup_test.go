@@ -53,7 +53,7 @@ func TestBackup_CopyOpens(t *testing.T) {
 		synctest.Wait()
 
 		var seen []core.BackupProgress
-		p, err := rt.Backup(ctx, dst, core.BackupOptions{Progress: func(p core.BackupProgress) { seen = append(seen, p) }})
+		p, err := rt.Admin().Backup(ctx, dst, core.BackupOptions{Progress: func(p core.BackupProgress) { seen = append(seen, p) }})
 		require.NoError(t, err)
 		require.Equal(t, 11, p.Total)
 		require.Equal(t, 11, p.Objects)
@@ -66,9 +66,9 @@ func TestBackup_CopyOpens(t *testing.T) {
 		require.FileExists(t, filepath.Join(dst, "_backup.json"))
 		require.NoFileExists(t, filepath.Join(dst, "_backup_incomplete"))
 
-		_, err = rt.Backup(ctx, dst, core.BackupOptions{})
+		_, err = rt.Admin().Backup(ctx, dst, core.BackupOptions{})
 		require.ErrorContains(t, err, "not empty")
-		_, err = rt.Backup(ctx, filepath.Join(dir, "inside"), core.BackupOptions{})
+		_, err = rt.Admin().Backup(ctx, filepath.Join(dir, "inside"), core.BackupOptions{})
 		require.ErrorContains(t, err, "outside the data directory")
 		require.NoError(t, rt.Close())
 
@@ -89,7 +89,7 @@ func TestBackup_CopyOpens(t *testing.T) {
 			require.True(t, ok)
 			require.Equal(t, "value "+name, v)
 		}
-		dls, err := cp.DeadLetters()
+		dls, err := cp.Admin().DeadLetters()
 		require.NoError(t, err)
 		require.Len(t, dls, 1, "the dead letters are in the copy")
 		require.EqualValues(t, 3, cp.Stats().Alarms)
@@ -161,7 +161,7 @@ func TestBackup_UnderWriteLoad(t *testing.T) {
 		before[i] = acked[i].Load()
 	}
 	callsBefore := calls.Load()
-	_, err := rt.Backup(ctx, dst, core.BackupOptions{})
+	_, err := rt.Admin().Backup(ctx, dst, core.BackupOptions{})
 	callsDuring := calls.Load() - callsBefore
 	close(stop)
 	wg.Wait()
@@ -192,7 +192,7 @@ func TestBackup_SIGKILL(t *testing.T) {
 			os.Exit(3)
 		}
 		core.Register(rt, "notes", newNote)
-		_, err = rt.Backup(context.Background(), os.Getenv("DURABLE_BACKUP_DST"), core.BackupOptions{Progress: func(p core.BackupProgress) {
+		_, err = rt.Admin().Backup(context.Background(), os.Getenv("DURABLE_BACKUP_DST"), core.BackupOptions{Progress: func(p core.BackupProgress) {
 			fmt.Printf("progress %d\n", p.Objects)
 		}})
 		fmt.Println("done", err)

@@ -203,9 +203,10 @@ func (o *object) openChecked() (*store, bool, error) {
 // Quarantine moves an object's files (its database, WAL, and its facets' directory) out of the way,
 // into Dir/_quarantine/<namespace>/<id>-<time>/, and forgets it (catalog, alarm index): the next
 // call to the name starts a new, empty object. It returns the directory the files went to. Use it
-// for an object that refuses with ErrDamaged, before restoring it (Runtime.Restore) or to let it
+// for an object that refuses with ErrDamaged, before restoring it (Admin.Restore) or to let it
 // start again empty. It waits for the object's gate, so no turn of it runs meanwhile.
-func (rt *Runtime) Quarantine(ctx context.Context, namespace, name string) (string, error) {
+func (a *Admin) Quarantine(ctx context.Context, namespace, name string) (string, error) {
+	rt := a.rt
 	if rt.repl != nil {
 		return "", fmt.Errorf("%w: Quarantine", ErrClusterMode)
 	}
@@ -219,9 +220,10 @@ func (rt *Runtime) Quarantine(ctx context.Context, namespace, name string) (stri
 }
 
 // Restore replaces an object's database with the file at src (an object's file from a backup, or
-// one written by Stub.Export), after checking it: the object's current files, if any, are
+// one written by Admin.Export), after checking it: the object's current files, if any, are
 // quarantined first. The object's alarm comes back with it. It waits for the object's gate.
-func (rt *Runtime) Restore(ctx context.Context, namespace, name, src string) error {
+func (a *Admin) Restore(ctx context.Context, namespace, name, src string) error {
+	rt := a.rt
 	if rt.repl != nil {
 		return fmt.Errorf("%w: Restore", ErrClusterMode)
 	}

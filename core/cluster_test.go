@@ -563,8 +563,8 @@ func TestClusterOptions(t *testing.T) {
 		n := openNode(t, c, "n1")
 		defer n.rt.Close()
 		_, err := core.RegisterFacet(n.rt, n.ns, "child", func(_ context.Context, st *core.State) (*core.State, error) { return st, nil })
-		require.ErrorIs(t, err, core.ErrFacetsInCluster)
-		_, err = n.rt.Quarantine(context.Background(), "kv", "x")
+		require.ErrorIs(t, err, core.ErrClusterMode)
+		_, err = n.rt.Admin().Quarantine(context.Background(), "kv", "x")
 		require.ErrorIs(t, err, core.ErrClusterMode)
 	})
 }

@@ -161,7 +161,7 @@ func TestCall_FailedTurnRollsBack(t *testing.T) {
 		return boom
 	})
 	require.ErrorIs(t, err, boom)
-	require.True(t, core.IsRemote(err))
+	require.True(t, errors.As(err, new(*core.RemoteError)))
 	require.False(t, core.IsRetryable(err))
 	require.Equal(t, 7, stockOf(t, s))
 }
@@ -179,7 +179,7 @@ func TestCall_PanicIsRemoteError(t *testing.T) {
 	var pe *core.PanicError
 	require.ErrorAs(t, err, &pe)
 	require.Equal(t, "kaput", pe.Value)
-	require.True(t, core.IsRemote(err))
+	require.True(t, errors.As(err, new(*core.RemoteError)))
 	require.Equal(t, 7, stockOf(t, s))
 }
 

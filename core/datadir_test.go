@@ -190,9 +190,8 @@ func TestDataDir_DamageDetected(t *testing.T) {
 	for _, name := range []string{"good", "zero", "gone", "garbled"} {
 		require.NoError(t, putNote(ctx, ns, name, "k", "value of "+name))
 	}
-	gs, _ := ns.Get("garbled")
 	var export strings.Builder
-	_, err := gs.Export(ctx, &export)
+	_, err := rt.Admin().Export(ctx, "notes", "garbled", &export)
 	require.NoError(t, err)
 	exported := filepath.Join(t.TempDir(), "garbled.sqlite")
 	require.NoError(t, os.WriteFile(exported, []byte(export.String()), 0o644))
@@ -222,7 +221,7 @@ func TestDataDir_DamageDetected(t *testing.T) {
 	require.Equal(t, "value of good", v)
 
 	// Quarantine: the files go aside, the name starts again empty.
-	qdir, err := rt.Quarantine(ctx, "notes", "zero")
+	qdir, err := rt.Admin().Quarantine(ctx, "notes", "zero")
 	require.NoError(t, err)
 	require.FileExists(t, filepath.Join(qdir, filepath.Base(file("zero"))), "the file is kept, not deleted")
 	_, ok, err = getNote(ctx, ns, "zero", "k")
@@ -230,7 +229,7 @@ func TestDataDir_DamageDetected(t *testing.T) {
 	require.False(t, ok, "a new, empty object")
 
 	// Restore: the exported copy comes back.
-	require.NoError(t, rt.Restore(ctx, "notes", "garbled", exported))
+	require.NoError(t, rt.Admin().Restore(ctx, "notes", "garbled", exported))
 	v, ok, err = getNote(ctx, ns, "garbled", "k")
 	require.NoError(t, err)
 	require.True(t, ok)
@@ -241,7 +240,7 @@ func TestDataDir_DamageDetected(t *testing.T) {
 	// A file that is not a database is refused by Restore, and nothing is lost.
 	bad := filepath.Join(t.TempDir(), "bad.sqlite")
 	require.NoError(t, os.WriteFile(bad, []byte("not a database at all, not even close to one......."), 0o644))
-	require.ErrorIs(t, rt.Restore(ctx, "notes", "good", bad), core.ErrDamaged)
+	require.ErrorIs(t, rt.Admin().Restore(ctx, "notes", "good", bad), core.ErrDamaged)
 	v, _, err = getNote(ctx, ns, "good", "k")
 	require.NoError(t, err)
 	require.Equal(t, "value of good", v)

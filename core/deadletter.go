@@ -16,7 +16,7 @@ import (
 
 // DeadLetter records an alarm that failed on every run its RetryPolicy allowed. The original
 // runtime drops such an alarm silently; this runtime writes it durably to the runtime's dead-letter
-// table, reports it to Options.OnAlarmDropped, and can arm it again (Runtime.Rearm).
+// table, reports it to Options.OnAlarmDropped, and can arm it again (Admin.Rearm).
 type DeadLetter struct {
 	Seq       int64     // the record's number
 	Namespace string    // the object's namespace
@@ -40,7 +40,8 @@ func (rt *Runtime) logDropped(dl DeadLetter) {
 }
 
 // DeadLetters lists the dead-letter table, oldest first.
-func (rt *Runtime) DeadLetters() ([]DeadLetter, error) {
+func (a *Admin) DeadLetters() ([]DeadLetter, error) {
+	rt := a.rt
 	if rt.isClosed.Load() {
 		return nil, ErrClosed
 	}
@@ -58,8 +59,9 @@ func (rt *Runtime) DeadLetters() ([]DeadLetter, error) {
 // entry with its kind and payload. The object's constructor does not run for it if its namespace is not
 // registered (a tool on a directory no server holds): the timer is written to its database, and
 // fires once a runtime registering the namespace opens the directory.
-func (rt *Runtime) Rearm(ctx context.Context, seq int64, at time.Time) error {
-	dls, err := rt.DeadLetters()
+func (a *Admin) Rearm(ctx context.Context, seq int64, at time.Time) error {
+	rt := a.rt
+	dls, err := a.DeadLetters()
 	if err != nil {
 		return &Error{Op: "rearm", Err: err}
 	}

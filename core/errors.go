@@ -9,8 +9,8 @@ import (
 	"github.com/durable-go/durable/core/internal/replica"
 )
 
-// Errors returned by the runtime. Test for them with errors.Is; the helpers IsRetryable and
-// IsRemote classify an error the way a caller decides what to do next.
+// Errors returned by the runtime. Test for them with errors.Is; IsRetryable says whether a call may be
+// tried again, and errors.As with a *RemoteError whether the object's own code raised the error.
 var (
 	// ErrClosed is returned by calls on a closed runtime, and by calls still queued at Close.
 	ErrClosed = errors.New("core: runtime closed")
@@ -29,11 +29,9 @@ var (
 	// files: BEGIN, COMMIT, ROLLBACK, SAVEPOINT, RELEASE, ATTACH, DETACH, PRAGMAs that change
 	// settings, and writes to the runtime's tables (_durable_*); nest with Storage.Transaction.
 	ErrSQLNotAllowed = errors.New("core: sql statement not allowed")
-	// ErrNoRows is returned by Row.Scan when the query selected no row.
-	ErrNoRows = errors.New("core: no rows in result set")
-	// ErrNoResults is returned by the Row.Scan of Storage.One when the query returned no row. It also
-	// matches ErrNoRows and database/sql's sql.ErrNoRows.
-	ErrNoResults error = &alsoErr{"core: exactly one row expected: no results", []error{ErrNoRows, sql.ErrNoRows}}
+	// ErrNoRows is returned by Row.Scan when the query selected no row (from Storage.One, it says "no
+	// results"). It also matches database/sql's sql.ErrNoRows.
+	ErrNoRows error = &alsoErr{"core: no rows in result set", []error{sql.ErrNoRows}}
 	// ErrMultipleResults is returned by the Row.Scan of Storage.One when the query returned more
 	// than one row.
 	ErrMultipleResults = errors.New("core: exactly one row expected: multiple results")
@@ -75,23 +73,20 @@ var (
 	// ErrDamaged is returned for an object whose database is missing or empty although the
 	// runtime's catalog knows it, or fails SQLite's quick check when opened (see DamagedError,
 	// which names the file). The object refuses to serve until it is restored or quarantined
-	// (Runtime.Quarantine); other objects keep serving.
+	// (Admin.Quarantine); other objects keep serving.
 	ErrDamaged = errors.New("core: object database damaged")
 	// ErrIncompleteBackup is returned by Open for a directory that a backup was writing and did
-	// not finish (Runtime.Backup): it is not a copy of anything.
+	// not finish (Admin.Backup): it is not a copy of anything.
 	ErrIncompleteBackup = errors.New("core: incomplete backup")
-	// ErrReadOnly is returned by Runtime.Query and Stub.Query for a statement that would change
-	// anything (a write, DDL, ATTACH, a transaction, a PRAGMA): inspection reads only.
+	// ErrReadOnly is returned by Admin.Query for a statement that would change anything (a write, DDL, ATTACH, a transaction, a PRAGMA): inspection reads only.
 	ErrReadOnly = errors.New("core: inspection is read-only")
-	// ErrNoObject is returned by the inspection methods for an object the catalog does not list:
-	// it has no storage.
+	// ErrNoObject is returned by Admin's methods for an object the catalog does not list: there is no
+	// such object (it has no storage).
 	ErrNoObject = errors.New("core: no such object")
-	// ErrFacetsInCluster is returned by RegisterFacet in cluster mode (Options.Replication): facets'
-	// files are not replicated yet; model the children as objects of their own.
-	ErrFacetsInCluster = errors.New("core: facets are not available in cluster mode")
-	// ErrClusterMode is returned by operations that replace an object's file outside its turns
-	// (Runtime.Restore, Runtime.Quarantine) in cluster mode: there the object's log is its truth, and
-	// its local file a cache.
+	// ErrClusterMode is returned in cluster mode (Options.Replication) by what it does not offer:
+	// RegisterFacet (facets' files are not replicated yet; model the children as objects of their
+	// own), and Admin.Restore and Admin.Quarantine, which replace an object's file outside its turns
+	// (there the object's log is its truth, and its local file a cache).
 	ErrClusterMode = errors.New("core: not available in cluster mode")
 	// ErrNotOwner is returned at once, in cluster mode (Options.Replication), by a call or alarm run
 	// on an object whose lease another node holds and renews (see NotOwnerError, which names it):
@@ -160,7 +155,8 @@ func (e *NotOwnerError) Error() string {
 func (e *NotOwnerError) Is(target error) bool { return target == ErrNotOwner }
 
 // RemoteError wraps an error raised by the object's own code (a returned error or a panic), not the
-// runtime. Its turn was rolled back; retry only if the object's method is safe to retry.
+// runtime: errors.As(err, new(*RemoteError)) tells them apart. Its turn was rolled back; retry only if
+// the object's method is safe to retry.
 type RemoteError struct{ Err error }
 
 func (e *RemoteError) Error() string { return e.Err.Error() }
@@ -175,14 +171,9 @@ type PanicError struct {
 
 func (e *PanicError) Error() string { return fmt.Sprintf("core: panic in object code: %v", e.Value) }
 
-// IsRetryable reports whether err is a transient runtime fault (overload, a failed commit) after
-// which the same call may be retried with backoff. Errors of the object's own code are not.
+// IsRetryable reports whether err is a transient runtime fault after which the same call may be
+// retried with backoff: ErrOverloaded, ErrCommitFailed or ErrLeaseUnproven. Errors of the object's
+// own code are not.
 func IsRetryable(err error) bool {
 	return errors.Is(err, ErrOverloaded) || errors.Is(err, ErrCommitFailed) || errors.Is(err, ErrLeaseUnproven)
-}
-
-// IsRemote reports whether err was raised by the object's own code.
-func IsRemote(err error) bool {
-	var re *RemoteError
-	return errors.As(err, &re)
 }

@@ -52,11 +52,11 @@ func TestError_CallTriggerAlarmRearmReturnError(t *testing.T) {
 		wantIs: core.ErrClosed, wantObj: true,
 	}, {
 		name: "Rearm of an unknown dead letter",
-		op:   func(o opened) error { return o.rt.Rearm(ctx, 12345, time.Now()) },
+		op:   func(o opened) error { return o.rt.Admin().Rearm(ctx, 12345, time.Now()) },
 	}, {
 		name:   "Rearm on a closed runtime",
 		closed: true,
-		op:     func(o opened) error { return o.rt.Rearm(ctx, 1, time.Now()) },
+		op:     func(o opened) error { return o.rt.Admin().Rearm(ctx, 1, time.Now()) },
 		wantIs: core.ErrClosed,
 	}}
 	for _, tt := range tests {

@@ -43,7 +43,7 @@ func TestCall_OverloadedFailsAtOnce(t *testing.T) {
 		require.ErrorIs(t, err, core.ErrOverloaded)
 		require.ErrorIs(t, err, core.ErrOverloaded)
 		require.True(t, core.IsRetryable(err))
-		require.False(t, core.IsRemote(err))
+		require.False(t, errors.As(err, new(*core.RemoteError)))
 		var ce *core.Error
 		require.ErrorAs(t, err, &ce)
 		require.Equal(t, "hot", ce.Name)
@@ -83,7 +83,7 @@ func TestCall_FailedCommitIsRetryable(t *testing.T) {
 		err = core.Do(context.Background(), s, arm)
 		require.ErrorIs(t, err, core.ErrCommitFailed)
 		require.True(t, core.IsRetryable(err))
-		require.False(t, core.IsRemote(err))
+		require.False(t, errors.As(err, new(*core.RemoteError)))
 		var ce *core.Error
 		require.ErrorAs(t, err, &ce)
 		require.Equal(t, "o", ce.Name)
@@ -413,7 +413,7 @@ func TestObject_ConstructorError(t *testing.T) {
 	s := get(t, ns, "x")
 	err = core.Do(context.Background(), s, func(context.Context, *item) error { return nil })
 	require.ErrorContains(t, err, "not today")
-	require.True(t, core.IsRemote(err))
+	require.True(t, errors.As(err, new(*core.RemoteError)))
 	require.NoError(t, core.Do(context.Background(), s, func(ctx context.Context, it *item) error { return it.setStock(ctx, 1) }))
 }
 

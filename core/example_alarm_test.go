@@ -72,7 +72,7 @@ func (r *Reporter) Alarm(ctx context.Context, info core.AlarmInfo) error {
 	return errors.New("report service unavailable")
 }
 
-func ExampleRuntime_DeadLetters() {
+func ExampleAdmin_DeadLetters() {
 	rt, _ := core.Open(core.Options{
 		AlarmRetry: core.RetryPolicy{MaxRetries: -1}, // no retries: drop at the first failure
 		OnAlarmDropped: func(dl core.DeadLetter) {
@@ -86,10 +86,10 @@ func ExampleRuntime_DeadLetters() {
 	core.Do(ctx, stub, func(ctx context.Context, r *Reporter) error { return r.st.SetAlarm(ctx, r.st.Now()) })
 	stub.TriggerAlarm(ctx)
 
-	dls, _ := rt.DeadLetters() // durable: survives restarts until re-armed
+	dls, _ := rt.Admin().DeadLetters() // durable: survives restarts until re-armed
 	fmt.Println("dead letters:", len(dls))
-	rt.Rearm(ctx, dls[0].Seq, time.Now().Add(time.Hour)) // the service is back: try again in an hour
-	dls, _ = rt.DeadLetters()
+	rt.Admin().Rearm(ctx, dls[0].Seq, time.Now().Add(time.Hour)) // the service is back: try again in an hour
+	dls, _ = rt.Admin().DeadLetters()
 	fmt.Println("dead letters after re-arming:", len(dls))
 	// Output:
 	// last attempt, retry 0

@@ -10,7 +10,7 @@ import (
 
 // Inspecting an object: its tables and alarm, and read-only SQL on its
 // database, the runtime's tables included; a write is refused.
-func Example_inspection() {
+func ExampleAdmin_Inspect() {
 	ctx := context.Background()
 	rt, _ := core.Open(core.Options{})
 	defer rt.Close()
@@ -18,7 +18,7 @@ func Example_inspection() {
 	alice, _ := accounts.Get("alice")
 	core.Do(ctx, alice, func(ctx context.Context, w *Wallet) error { return w.Deposit(ctx, 10) })
 
-	rep, err := alice.Inspect(ctx)
+	rep, err := rt.Admin().Inspect(ctx, "accounts", "alice")
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -28,14 +28,14 @@ func Example_inspection() {
 	}
 	fmt.Println("alarm set:", !rep.Alarm.IsZero())
 
-	res, err := alice.Query(ctx, 10, "SELECT key, CAST(value AS TEXT) FROM _durable_kv")
+	res, err := rt.Admin().Query(ctx, "accounts", "alice", 10, "SELECT key, CAST(value AS TEXT) FROM _durable_kv")
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	fmt.Println(res.Columns, res.Rows)
 
-	_, err = alice.Query(ctx, 10, "DELETE FROM _durable_kv")
+	_, err = rt.Admin().Query(ctx, "accounts", "alice", 10, "DELETE FROM _durable_kv")
 	fmt.Println("refused:", errors.Is(err, core.ErrReadOnly))
 	// Output:
 	// _durable_kv [key value] 1 runtime: true

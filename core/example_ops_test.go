@@ -12,7 +12,7 @@ import (
 
 // An operator's tour of a data directory: one owner, the catalog, a backup
 // while calls run, and a damaged object set aside.
-func Example_operations() {
+func ExampleAdmin() {
 	ctx := context.Background()
 	base, _ := os.MkdirTemp("", "ops-")
 	defer os.RemoveAll(base)
@@ -42,7 +42,7 @@ func Example_operations() {
 	}
 
 	// A consistent copy while calls run; it opens as a data directory.
-	p, err := rt.Backup(ctx, filepath.Join(base, "backup"), core.BackupOptions{})
+	p, err := rt.Admin().Backup(ctx, filepath.Join(base, "backup"), core.BackupOptions{})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -59,7 +59,7 @@ func Example_operations() {
 	bob, _ = accounts.Get("bob")
 	_, err = core.Call(ctx, bob, func(ctx context.Context, acc *Wallet) (int, error) { return acc.Balance(ctx) })
 	fmt.Println("damaged:", errors.Is(err, core.ErrDamaged))
-	err = rt.Restore(ctx, "accounts", "bob", filepath.Join(base, "backup", "accounts", bob.ID()+".sqlite"))
+	err = rt.Admin().Restore(ctx, "accounts", "bob", filepath.Join(base, "backup", "accounts", bob.ID()+".sqlite"))
 	fmt.Println("restored:", err == nil)
 	n, _ := core.Call(ctx, bob, func(ctx context.Context, acc *Wallet) (int, error) { return acc.Balance(ctx) })
 	fmt.Println("bob's balance:", n)

@@ -15,12 +15,6 @@ import (
 	"github.com/durable-go/durable/core/internal/datadir"
 )
 
-// MaxFacetPath is the longest facet path, in bytes, and MaxFacetDepth the deepest nesting.
-const (
-	MaxFacetPath  = 1024
-	MaxFacetDepth = 8
-)
-
 // A FacetKind is a class of facets, like a Namespace is a class of objects: its constructor, and
 // the kind of object (or facet) that hosts it. A facet is a child object hosted by another object
 // (its parent): a document processor inside a workspace, a per-user agent inside a tenant. It has
@@ -59,7 +53,7 @@ func RegisterFacet[T any](rt *Runtime, parent Kind, kind string, ctor func(conte
 		return nil, errors.New("core: RegisterFacet: nil constructor")
 	}
 	if rt.repl != nil {
-		return nil, ErrFacetsInCluster
+		return nil, fmt.Errorf("%w: facets", ErrClusterMode)
 	}
 	p := parent.kindNS()
 	ns := newNamespace(rt, p.name+"."+kind, ctor)

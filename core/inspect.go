@@ -16,14 +16,8 @@ import (
 	"github.com/durable-go/durable/core/internal/telemetry"
 )
 
-// Inspection reads what the runtime keeps without changing any of it, for operators: the
-// namespaces and objects of the catalog, one object's tables, timers and WebSockets, read-only SQL
-// on its database, and a check of every database and of the alarm index. An object of a
-// registered namespace is read in a turn of its own, holding its gate (no other turn runs
-// meanwhile; its constructor does not run); one of a namespace this runtime has not registered (a
-// tool opening a directory no server holds) is read straight from its file. Reads go through a
-// connection of their own that cannot write: the file is opened read-only, with query_only set,
-// and an authorizer refuses anything but reading.
+// Inspection (Admin.Inspect, Admin.Query, Admin.Check) reads what the runtime keeps without
+// changing any of it; see Admin for how it reaches an object.
 
 // ObjectReport is what Inspect finds in one object.
 type ObjectReport struct {
@@ -80,11 +74,9 @@ type Problem struct {
 	Problem         string
 }
 
-// MaxQueryRows bounds the rows of one read-only query.
-const MaxQueryRows = 10000
-
 // Namespaces lists the namespaces with at least one object in the catalog, registered or not.
-func (rt *Runtime) Namespaces() ([]string, error) {
+func (a *Admin) Namespaces() ([]string, error) {
+	rt := a.rt
 	if rt.isClosed.Load() {
 		return nil, ErrClosed
 	}
@@ -93,7 +85,8 @@ func (rt *Runtime) Namespaces() ([]string, error) {
 
 // Objects is Namespace.List for any namespace of the catalog, registered or not; a facet kind's
 // objects are listed under "<parent>.<kind>".
-func (rt *Runtime) Objects(ctx context.Context, nsName string, opts ObjectListOptions) ([]ObjectInfo, error) {
+func (a *Admin) Objects(ctx context.Context, nsName string, opts ObjectListOptions) ([]ObjectInfo, error) {
+	rt := a.rt
 	rt.mu.RLock()
 	ns := rt.namespaces[nsName]
 	rt.mu.RUnlock()
@@ -108,7 +101,8 @@ func (rt *Runtime) Objects(ctx context.Context, nsName string, opts ObjectListOp
 
 // Inspect reports what the object holds. It waits for the object's gate if its namespace is
 // registered; it fails with ErrNoObject for an object without storage.
-func (rt *Runtime) Inspect(ctx context.Context, namespace, name string) (ObjectReport, error) {
+func (a *Admin) Inspect(ctx context.Context, namespace, name string) (ObjectReport, error) {
+	rt := a.rt
 	var rep ObjectReport
 	err := rt.readObject(ctx, "inspect", namespace, name, func(e runindex.Object, r *sqlstore.ReadOnly, o *object) error {
 		var err error
@@ -118,16 +112,12 @@ func (rt *Runtime) Inspect(ctx context.Context, namespace, name string) (ObjectR
 	return rep, err
 }
 
-// Inspect is Runtime.Inspect for the stub's object.
-func (s *Stub[T]) Inspect(ctx context.Context) (ObjectReport, error) {
-	return s.ns.rt.Inspect(ctx, s.ns.name, s.name)
-}
-
 // Query runs a read-only SQL query on the object's database, in a turn of its own (see Inspect),
 // returning at most limit rows (100 if limit <= 0, at most MaxQueryRows). A statement that would
 // change anything (INSERT, UPDATE, DELETE, DDL, ATTACH, a transaction, a PRAGMA that sets) fails
 // with ErrReadOnly naming what was refused, and changes nothing. The runtime's tables may be read.
-func (rt *Runtime) Query(ctx context.Context, namespace, name string, limit int, query string, args ...any) (QueryResult, error) {
+func (a *Admin) Query(ctx context.Context, namespace, name string, limit int, query string, args ...any) (QueryResult, error) {
+	rt := a.rt
 	if limit <= 0 {
 		limit = 100
 	}
@@ -177,16 +167,12 @@ func (rt *Runtime) Query(ctx context.Context, namespace, name string, limit int,
 	return res, err
 }
 
-// Query is Runtime.Query for the stub's object.
-func (s *Stub[T]) Query(ctx context.Context, limit int, query string, args ...any) (QueryResult, error) {
-	return s.ns.rt.Query(ctx, s.ns.name, s.name, limit, query, args...)
-}
-
 // Check checks every database of the directory and the alarm index: the runtime's file and each
 // object's pass SQLite's integrity check, every object the catalog lists has its file, and each
 // object's earliest timer is the alarm the index holds for it (and the index none for an object
 // without timers). It returns what it found wrong; an error means it could not finish.
-func (rt *Runtime) Check(ctx context.Context) ([]Problem, error) {
+func (a *Admin) Check(ctx context.Context) ([]Problem, error) {
+	rt := a.rt
 	if rt.isClosed.Load() {
 		return nil, ErrClosed
 	}
@@ -264,26 +250,33 @@ func fmtTime(ns int64) string { return time.Unix(0, ns).UTC().Format(time.RFC333
 // readObject runs fn on a read-only connection to the named object's database; see readEntry.
 func (rt *Runtime) readObject(ctx context.Context, op, namespace, name string, fn func(e runindex.Object, r *sqlstore.ReadOnly, o *object) error) error {
 	fail := func(err error) error { return &Error{Op: op, Namespace: namespace, Name: name, Err: err} }
-	if rt.isClosed.Load() {
-		return fail(ErrClosed)
-	}
-	if namespace == "" {
-		return fail(fmt.Errorf("%w: empty namespace", ErrInvalidName))
-	}
-	if err := validateName(name); err != nil {
-		return fail(err)
-	}
-	e, known, err := rt.ix.LookupName(namespace, name) // a facet's namespace is "<parent>.<kind>"
+	e, err := rt.lookup(namespace, name)
 	if err != nil {
 		return fail(err)
-	}
-	if !known {
-		return fail(ErrNoObject)
 	}
 	if err := rt.readEntry(ctx, e, func(r *sqlstore.ReadOnly, o *object) error { return fn(e, r, o) }); err != nil {
 		return fail(err)
 	}
 	return nil
+}
+
+// lookup finds the named object in the catalog, registered or not; a facet's namespace is
+// "<parent>.<kind>". An object the catalog does not list is ErrNoObject.
+func (rt *Runtime) lookup(namespace, name string) (runindex.Object, error) {
+	if rt.isClosed.Load() {
+		return runindex.Object{}, ErrClosed
+	}
+	if namespace == "" {
+		return runindex.Object{}, fmt.Errorf("%w: empty namespace", ErrInvalidName)
+	}
+	if err := validateName(name); err != nil {
+		return runindex.Object{}, err
+	}
+	e, known, err := rt.ix.LookupName(namespace, name)
+	if err == nil && !known {
+		err = ErrNoObject
+	}
+	return e, err
 }
 
 // readEntry runs fn on a read-only connection to the catalog entry's database: holding the

@@ -11,21 +11,11 @@ import (
 	"strings"
 )
 
-// Limits of the KV API.
-const (
-	MaxKeyLen   = 2048    // bytes in a key
-	MaxValueLen = 1 << 20 // bytes in a value
-)
-
 // Entry is one key and its value, as returned by List.
 type Entry struct {
 	Key   string
 	Value []byte
 }
-
-// MaxBatchKeys is the most keys GetMany, PutMany and DeleteMany take in one call, as in the
-// original.
-const MaxBatchKeys = 128
 
 // checkKey refuses a key the KV API cannot store.
 func checkKey(key string) error {

@@ -7,9 +7,6 @@ import (
 	"unicode/utf8"
 )
 
-// MaxNameLen is the longest object name accepted, in bytes.
-const MaxNameLen = 1024
-
 // validateName checks an object name: any valid UTF-8 string of 1 to MaxNameLen bytes, "../x", NUL
 // bytes and emoji included; names never become paths (see objectID).
 func validateName(name string) error {

@@ -101,15 +101,6 @@ func (n *Namespace[T]) Get(name string) (*Stub[T], error) {
 // now and after any restart; keep the name where the object's users will find it.
 func (n *Namespace[T]) NewUniqueID() string { return rand.Text() }
 
-// NewUnique returns a stub for a new object with a NewUniqueID name.
-func (n *Namespace[T]) NewUnique() *Stub[T] {
-	s, err := n.Get(n.NewUniqueID())
-	if err != nil { // a base32 text is always a valid name
-		panic(err)
-	}
-	return s
-}
-
 // A Stub addresses one object. It is cheap, safe for concurrent use, and may be kept for as long as
 // the runtime lives.
 type Stub[T any] struct {

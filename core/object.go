@@ -121,7 +121,8 @@ func (o *object) detach() chan struct{} {
 	return ch
 }
 
-// closeRemoved is the second half: the database is closed (a checkpoint).
+// closeRemoved is the second half: the database is closed (which checkpoints it only past
+// sqlstore.WALTrim of log, or with synchronous=NORMAL: see sqlstore.Open).
 func (o *object) closeRemoved(ch chan struct{}) (err error) {
 	defer o.ns.closed(o.id, ch)
 	if o.inst, o.built = nil, false; o.store != nil {
@@ -134,7 +135,7 @@ func (o *object) closeRemoved(ch chan struct{}) (err error) {
 	return err
 }
 
-// evict finishes an eviction off the caller's goroutine: closing a database checkpoints it. An
+// evict finishes an eviction off the caller's goroutine: closing a database may checkpoint it. An
 // activation of the same object waits for it; Shutdown waits for it too, and reports it if it does
 // not end. reason says why (idle, max_open_objects, shutdown, backup).
 func (o *object) evict(reason string) {

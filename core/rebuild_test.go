@@ -66,7 +66,7 @@ func TestIndex_RebuiltWhenLost(t *testing.T) {
 						return n.st.SetAlarm(ctx, t0.Add(time.Duration(i+1)*time.Minute))
 					}))
 				}
-				dls, err := rt.DeadLetters()
+				dls, err := rt.Admin().DeadLetters()
 				require.NoError(t, err)
 				require.Empty(t, dls)
 				fns, _ := core.Register(rt, "failers2", func(_ context.Context, st *core.State) (*failer, error) { return &failer{st}, nil })
@@ -74,7 +74,7 @@ func TestIndex_RebuiltWhenLost(t *testing.T) {
 				require.NoError(t, core.Do(ctx, fstub, func(ctx context.Context, f *failer) error { return f.st.SetAlarm(ctx, t0) }))
 				time.Sleep(time.Second)
 				synctest.Wait()
-				dls, err = rt.DeadLetters()
+				dls, err = rt.Admin().DeadLetters()
 				require.NoError(t, err)
 				require.Len(t, dls, 1, "the failing alarm is a dead letter")
 				require.NoError(t, rt.Close())
@@ -95,7 +95,7 @@ func TestIndex_RebuiltWhenLost(t *testing.T) {
 					require.NotEmpty(t, aside, "the damaged file is kept")
 				}
 
-				dls, err = rt.DeadLetters()
+				dls, err = rt.Admin().DeadLetters()
 				require.NoError(t, err)
 				require.Len(t, dls, 1, "the dead letter survives")
 				require.Equal(t, "failers2", dls[0].Namespace)

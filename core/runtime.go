@@ -167,9 +167,6 @@ func (rt *Runtime) telemetrySource() telemetry.Source {
 	}
 }
 
-// CloseTimeout bounds Close: the time it gives running turns to end.
-const CloseTimeout = 30 * time.Second
-
 // Shutdown stops the runtime. New calls fail with ErrClosed at once, and calls still queued for an
 // object fail with ErrClosed when their turn comes. Shutdown cancels the runtime's base context,
 // from which the contexts of turns (as they see it through Done), of Await's functions, of alarm

@@ -233,7 +233,7 @@ func TestSchedule_EachEntryHasItsOwnRetries(t *testing.T) {
 		require.Equal(t, "bad", dropped[0].Key)
 		require.Equal(t, "job", dropped[0].Kind)
 		require.Equal(t, "x", string(dropped[0].Payload))
-		require.NoError(t, ps.rt.Rearm(context.Background(), dropped[0].Seq, time.Now().Add(time.Second)))
+		require.NoError(t, ps.rt.Admin().Rearm(context.Background(), dropped[0].Seq, time.Now().Add(time.Second)))
 		time.Sleep(2 * time.Second)
 		synctest.Wait()
 		require.Len(t, ps.runs("bad"), 8, "re-armed entry ran again")

@@ -61,10 +61,6 @@ func (st *State) Sleep(ctx context.Context, d time.Duration) error {
 	})
 }
 
-// BlockConcurrencyTimeout is how long State.BlockConcurrencyWhile's function may run, as in the
-// original.
-const BlockConcurrencyTimeout = 30 * time.Second
-
 // BlockConcurrencyWhile runs fn with the input gate kept closed for all of it, even across waits
 // that would open it: State.Await and State.Sleep inside fn wait with the gate closed (and commit
 // nothing), and so do calls to other objects made with fn's context. No other call, alarm or

@@ -28,7 +28,7 @@ func TestNamespace_NewUniqueID(t *testing.T) {
 		require.False(t, seen[id])
 		seen[id] = true
 	}
-	s := ns.NewUnique()
+	s := get(t, ns, ns.NewUniqueID())
 	require.False(t, seen[s.Name()])
 	setStock(t, s, 42)
 	require.NoError(t, rt.Close())
@@ -136,7 +136,7 @@ func TestState_BlockConcurrencyWhileFailureResets(t *testing.T) {
 		require.ErrorIs(t, blockErr, core.ErrObjectReset)
 		require.ErrorContains(t, blockErr, "upstream refused")
 		require.ErrorIs(t, err, core.ErrObjectReset)
-		require.True(t, core.IsRemote(err))
+		require.True(t, errors.As(err, new(*core.RemoteError)))
 		require.Equal(t, 5, stockOf(t, s), "rolled back")
 		memo, err := core.Call(context.Background(), s, func(_ context.Context, it *item) (int, error) { return it.memo, nil })
 		require.NoError(t, err)

@@ -14,6 +14,12 @@ import (
 // together (with other turns' in one group commit) or not at all. Storage calls never open the
 // input gate: a read and a write with no Await between them cannot be interleaved with another
 // turn. Statements are prepared once per query text and cached: pass values as ? arguments.
+//
+// SQL: Exec, Query, QueryRow (the first row, as database/sql) and One (exactly one row); errors
+// carry SQLite's text; values are stored exactly (an int64 keeps every digit, a bool is 0 or 1, a
+// struct is refused); Transaction nests a transaction in the turn. KV: Get, Put, Delete, their
+// batch forms and List with the original's options, within MaxKeyLen, MaxValueLen and MaxBatchKeys.
+// Migrate runs the object's schema steps once each; DeleteAll empties the object.
 type Storage struct {
 	o      *object
 	params map[string]int // the parameters of each query seen (-1: no statement), for checkArgs
@@ -200,8 +206,8 @@ func (s *Storage) QueryRow(ctx context.Context, query string, args ...any) *Row 
 }
 
 // One runs a statement that must return exactly one row (the original's .one(), SEMANTICS W7):
-// Row.Scan fails with ErrNoResults if it returned none and with ErrMultipleResults if it returned
-// more than one.
+// Row.Scan fails with ErrNoRows ("no results") if it returned none and with ErrMultipleResults if it
+// returned more than one.
 func (s *Storage) One(ctx context.Context, query string, args ...any) *Row {
 	rows, err := s.Query(ctx, query, args...)
 	return &Row{rows: rows, err: err, query: query, one: true}
@@ -367,8 +373,8 @@ type Row struct {
 	one   bool // from One: exactly one row
 }
 
-// Scan copies the row's columns into dest. It returns ErrNoRows if there was no row (ErrNoResults
-// from One, which also matches ErrNoRows), and, from One, ErrMultipleResults if there were more.
+// Scan copies the row's columns into dest. It returns ErrNoRows if there was no row, and, from One,
+// ErrMultipleResults if there were more.
 func (r *Row) Scan(dest ...any) error {
 	if r.err != nil {
 		return r.err
@@ -379,7 +385,7 @@ func (r *Row) Scan(dest ...any) error {
 			return err
 		}
 		if r.one {
-			return fmt.Errorf("%w (in %q)", ErrNoResults, short(r.query))
+			return fmt.Errorf("core: exactly one row expected: no results (in %q): %w", short(r.query), ErrNoRows)
 		}
 		return ErrNoRows
 	}

@@ -108,7 +108,7 @@ func TestStorage_One(t *testing.T) {
 		require.Equal(t, 2, v)
 
 		err = st.One(ctx, "SELECT v FROM t WHERE v > 5").Scan(&v)
-		require.ErrorIs(t, err, core.ErrNoResults)
+		require.ErrorIs(t, err, core.ErrNoRows)
 		require.ErrorIs(t, err, core.ErrNoRows)
 		require.ErrorIs(t, err, sql.ErrNoRows)
 		require.ErrorContains(t, err, "no results")

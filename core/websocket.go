@@ -38,20 +38,15 @@ const (
 	CloseTryAgainLater = 1013 // the client fell behind its send queue, or the object's queue was full
 )
 
-// A Message is one WebSocket message: text (UTF-8) or binary.
+// A Message is one WebSocket message: text (UTF-8) or binary. A binary one is
+// Message{Data: b, Binary: true}; string(m.Data) is a text one's text.
 type Message struct {
 	Data   []byte
 	Binary bool
 }
 
-// TextMessage returns a text message holding s.
+// TextMessage returns a text message holding s: ws.Send(ctx, core.TextMessage("hello")).
 func TextMessage(s string) Message { return Message{Data: []byte(s)} }
-
-// BinaryMessage returns a binary message holding b.
-func BinaryMessage(b []byte) Message { return Message{Data: b, Binary: true} }
-
-// Text returns the message's data as a string.
-func (m Message) Text() string { return string(m.Data) }
 
 // WebSocketMessageHandler is implemented by objects that receive their WebSockets' messages, each
 // as a turn of its own, atomic and output-gated like a call. If it fails (error or panic), the turn
@@ -105,7 +100,7 @@ func (st *State) AcceptWebSocket(ctx context.Context, w http.ResponseWriter, r *
 		Slow: ErrSlowClient, BadText: ErrInvalidText, OnClose: func() { rt.ws.unlist(ws) },
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBadHandshake, err)
+		return nil, fmt.Errorf("%w: %w", ErrBadHandshake, err)
 	}
 	_, noClose := o.inst.(WebSocketCloseHandler)
 	_, noError := o.inst.(WebSocketErrorHandler)
@@ -204,11 +199,6 @@ func (ws *WebSocket) Send(ctx context.Context, m Message) error {
 	}
 	t.emit(effect{kind: effSend, ws: ws, msg: m})
 	return nil
-}
-
-// SendText sends a text message.
-func (ws *WebSocket) SendText(ctx context.Context, s string) error {
-	return ws.Send(ctx, TextMessage(s))
 }
 
 // Close closes the connection with code (1000, or 3000 to 4999) and reason (at most 123 bytes),

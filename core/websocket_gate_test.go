@@ -132,7 +132,7 @@ func TestWebSocket_SendLeavesWithCallersTurn(t *testing.T) {
 		if err := s.write(ctx, "rolled-back"); err != nil {
 			return err
 		}
-		if err := f.ws.SendText(ctx, "from B's failed turn"); err != nil {
+		if err := f.ws.Send(ctx, core.TextMessage("from B's failed turn")); err != nil {
 			return fmt.Errorf("send from B's turn: %w", err)
 		}
 		return errPlanned
@@ -142,13 +142,13 @@ func TestWebSocket_SendLeavesWithCallersTurn(t *testing.T) {
 		if err := s.write(ctx, "kept"); err != nil {
 			return err
 		}
-		return f.ws.SendText(ctx, "from B's good turn")
+		return f.ws.Send(ctx, core.TextMessage("from B's good turn"))
 	})
 	require.NoError(t, err)
 	// A commits a turn of its own too: a send held for A's commit would
 	// leave now.
 	require.NoError(t, core.Do(context.Background(), f.holder, func(ctx context.Context, _ *holder) error {
-		return f.ws.SendText(ctx, "from A's turn")
+		return f.ws.Send(ctx, core.TextMessage("from A's turn"))
 	}))
 
 	got := f.readUntil(t, map[string]bool{"from B's good turn": true, "from A's turn": true})
@@ -197,7 +197,7 @@ func TestWebSocket_SendFromManyTurnsIsRaceFree(t *testing.T) {
 		wg.Go(func() { // A's own turns
 			for i := range rounds {
 				msg := fmt.Sprintf("A/%d/%d", w, i)
-				err := core.Do(ctx, f.holder, func(ctx context.Context, _ *holder) error { return f.ws.SendText(ctx, msg) })
+				err := core.Do(ctx, f.holder, func(ctx context.Context, _ *holder) error { return f.ws.Send(ctx, core.TextMessage(msg)) })
 				if err != nil {
 					t.Errorf("A's turn: %v", err)
 					return
@@ -217,7 +217,7 @@ func TestWebSocket_SendFromManyTurnsIsRaceFree(t *testing.T) {
 						if err := s.write(ctx, msg); err != nil {
 							return err
 						}
-						if err := f.ws.SendText(ctx, msg); err != nil {
+						if err := f.ws.Send(ctx, core.TextMessage(msg)); err != nil {
 							return err
 						}
 						stale.Store(&ctx)
@@ -225,8 +225,8 @@ func TestWebSocket_SendFromManyTurnsIsRaceFree(t *testing.T) {
 							return nil
 						}
 						return s.st.Await(ctx, func(actx context.Context) error {
-							note(f.ws.SendText(actx, "never: from an Await fn"))
-							note(f.ws.SendText(ctx, "never: outer ctx inside Await"))
+							note(f.ws.Send(actx, core.TextMessage("never: from an Await fn")))
+							note(f.ws.Send(ctx, core.TextMessage("never: outer ctx inside Await")))
 							return nil
 						})
 					})
@@ -244,7 +244,7 @@ func TestWebSocket_SendFromManyTurnsIsRaceFree(t *testing.T) {
 	wg.Wait()
 	// The stale ctx marks an ended turn now.
 	if p := stale.Load(); p != nil {
-		note(f.ws.SendText(*p, "never: stale ctx after the turns"))
+		note(f.ws.Send(*p, core.TextMessage("never: stale ctx after the turns")))
 	}
 
 	mu.Lock()

@@ -31,12 +31,12 @@ func (l *ledger) Fetch(ctx context.Context, w http.ResponseWriter, r *http.Reque
 }
 
 func (l *ledger) WebSocketMessage(ctx context.Context, ws *core.WebSocket, msg core.Message) error {
-	if msg.Text() == "hold" {
+	if string(msg.Data) == "hold" {
 		<-l.hold
-	} else if _, err := l.st.Storage().Exec(ctx, "INSERT INTO m(text) VALUES (?)", msg.Text()); err != nil {
+	} else if _, err := l.st.Storage().Exec(ctx, "INSERT INTO m(text) VALUES (?)", string(msg.Data)); err != nil {
 		return err
 	}
-	return ws.SendText(ctx, "ok:"+msg.Text())
+	return ws.Send(ctx, core.TextMessage("ok:"+string(msg.Data)))
 }
 
 // S-R1, S-R3: the reader of a connection does not wait for a message's

@@ -62,7 +62,7 @@ func (c *chat) Fetch(ctx context.Context, w http.ResponseWriter, r *http.Request
 }
 
 func (c *chat) WebSocketMessage(ctx context.Context, ws *core.WebSocket, msg core.Message) error {
-	text := msg.Text()
+	text := string(msg.Data)
 	switch {
 	case text == "who":
 		var names []string
@@ -73,16 +73,16 @@ func (c *chat) WebSocketMessage(ctx context.Context, ws *core.WebSocket, msg cor
 			}
 			names = append(names, m.Name)
 		}
-		return ws.SendText(ctx, "who:"+strings.Join(names, ","))
+		return ws.Send(ctx, core.TextMessage("who:"+strings.Join(names, ",")))
 	case strings.HasPrefix(text, "att:"):
 		n, _ := strconv.Atoi(text[4:])
 		// A JSON string of n-2 bytes and its quotes: n bytes in all.
 		if err := ws.SerializeAttachment(strings.Repeat("x", n-2)); err != nil {
-			return ws.SendText(ctx, "att-error:"+err.Error())
+			return ws.Send(ctx, core.TextMessage("att-error:"+err.Error()))
 		}
-		return ws.SendText(ctx, "att-ok")
+		return ws.Send(ctx, core.TextMessage("att-ok"))
 	case text == "fail":
-		ws.SendText(ctx, "never") // dropped: the turn fails
+		ws.Send(ctx, core.TextMessage("never")) // dropped: the turn fails
 		return errors.New("boom")
 	case text == "bye":
 		return ws.Close(ctx, 4000, "bye")
@@ -361,11 +361,11 @@ func TestWebSocket_ClientCloseReachesHandler(t *testing.T) {
 	// New with the ctx API: a send from outside any turn is ErrNotInTurn
 	// (it used to be queued at once); from a turn, the closed connection
 	// refuses it.
-	require.ErrorIs(t, ev.ws.SendText(context.Background(), "x"), core.ErrNotInTurn)
+	require.ErrorIs(t, ev.ws.Send(context.Background(), core.TextMessage("x")), core.ErrNotInTurn)
 	stub, err := env.ns.Get("r")
 	require.NoError(t, err)
 	require.NoError(t, core.Do(context.Background(), stub, func(ctx context.Context, _ *chat) error {
-		require.ErrorIs(t, ev.ws.SendText(ctx, "x"), core.ErrWebSocketClosed)
+		require.ErrorIs(t, ev.ws.Send(ctx, core.TextMessage("x")), core.ErrWebSocketClosed)
 		return nil
 	}))
 

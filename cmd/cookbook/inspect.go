@@ -12,12 +12,12 @@ import (
 )
 
 // The inspector: what the runtime holds, read-only, as JSON (/inspect/...)
-// and as a page (/inspect). Objects are read through Runtime.Inspect and
-// Runtime.Query, in a turn of their own that cannot write.
+// and as a page (/inspect). Objects are read through Admin.Inspect and
+// Admin.Query, in a turn of their own that cannot write.
 
 // inspectNamespaces lists the catalog's namespaces and the runtime's stats.
 func (a *app) inspectNamespaces(*http.Request) (any, error) {
-	nss, err := a.rt.Namespaces()
+	nss, err := a.rt.Admin().Namespaces()
 	if err != nil {
 		return nil, err
 	}
@@ -28,7 +28,7 @@ func (a *app) inspectNamespaces(*http.Request) (any, error) {
 		}
 	}
 	slices.Sort(nss)
-	dls, err := a.rt.DeadLetters()
+	dls, err := a.rt.Admin().DeadLetters()
 	if err != nil {
 		return nil, err
 	}
@@ -49,7 +49,7 @@ func (a *app) inspectObjects(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	page, err := a.rt.Objects(r.Context(), ns, core.ObjectListOptions{After: r.Form.Get("after"), Limit: limit})
+	page, err := a.rt.Admin().Objects(r.Context(), ns, core.ObjectListOptions{After: r.Form.Get("after"), Limit: limit})
 	if err != nil {
 		return nil, err
 	}
@@ -82,7 +82,7 @@ type inspectSocket struct {
 // inspectObject reports one object: ?ns=&name=.
 func (a *app) inspectObject(r *http.Request) (any, error) {
 	ns, name := r.Form.Get("ns"), r.Form.Get("name")
-	rep, err := a.rt.Inspect(r.Context(), ns, name)
+	rep, err := a.rt.Admin().Inspect(r.Context(), ns, name)
 	if err != nil {
 		return nil, inspectError(err)
 	}
@@ -132,7 +132,7 @@ func (a *app) inspectSQL(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	res, err := a.rt.Query(r.Context(), ns, name, limit, q)
+	res, err := a.rt.Admin().Query(r.Context(), ns, name, limit, q)
 	if err != nil {
 		return nil, inspectError(err)
 	}

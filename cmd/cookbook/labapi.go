@@ -119,7 +119,7 @@ type deadLetter struct {
 
 func (a *app) deadLetters(r *http.Request) (any, error) {
 	filter := r.Form.Get("o")
-	dls, err := a.rt.DeadLetters()
+	dls, err := a.rt.Admin().DeadLetters()
 	if err != nil {
 		return nil, err
 	}
@@ -147,7 +147,7 @@ func (a *app) rearm(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	dls, err := a.rt.DeadLetters()
+	dls, err := a.rt.Admin().DeadLetters()
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +159,7 @@ func (a *app) rearm(r *http.Request) (any, error) {
 		return nil, notFound("no dead letter %d (GET /deadletters lists them)", seq)
 	}
 	at := time.UnixMilli(time.Now().Add(time.Duration(ms) * time.Millisecond).UnixMilli())
-	if err := a.rt.Rearm(r.Context(), int64(seq), at); err != nil {
+	if err := a.rt.Admin().Rearm(r.Context(), int64(seq), at); err != nil {
 		return nil, err
 	}
 	return map[string]int64{"rearmed": int64(seq), "alarm": at.UnixMilli()}, nil

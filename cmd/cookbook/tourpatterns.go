@@ -323,18 +323,18 @@ func (p *probe) WebSocketMessage(ctx context.Context, ws *core.WebSocket, msg co
 	if n, ok := strings.CutPrefix(text, "attach "); ok {
 		size, err := strconv.Atoi(n)
 		if err != nil || size < 2 {
-			return ws.SendText(ctx, "attach: want a size of at least 2")
+			return ws.Send(ctx, core.TextMessage("attach: want a size of at least 2"))
 		}
 		if err := ws.SerializeAttachment(strings.Repeat("x", size-2)); err != nil { // its JSON has two quotes
-			return ws.SendText(ctx, err.Error())
+			return ws.Send(ctx, core.TextMessage(err.Error()))
 		}
-		return ws.SendText(ctx, "ok")
+		return ws.Send(ctx, core.TextMessage("ok"))
 	}
 	var name string
 	if err := ws.DeserializeAttachment(&name); err != nil {
 		return err
 	}
-	return ws.SendText(ctx, fmt.Sprintf("instance %d, attachment %q", p.instance, name))
+	return ws.Send(ctx, core.TextMessage(fmt.Sprintf("instance %d, attachment %q", p.instance, name)))
 }
 
 // dialProbe serves the probe objects over a pipe and connects to the one

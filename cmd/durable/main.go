@@ -235,19 +235,19 @@ func lsCommand(fs *flag.FlagSet) func(context.Context, *env) error {
 			}
 		}
 		if *ns != "" {
-			page, err := e.rt.Objects(ctx, *ns, core.ObjectListOptions{After: *after, Limit: *limit})
+			page, err := e.rt.Admin().Objects(ctx, *ns, core.ObjectListOptions{After: *after, Limit: *limit})
 			if err != nil {
 				return err
 			}
 			add(*ns, page)
 		} else {
-			nss, err := e.rt.Namespaces()
+			nss, err := e.rt.Admin().Namespaces()
 			if err != nil {
 				return err
 			}
 			for _, n := range nss {
 				for after := ""; ; {
-					page, err := e.rt.Objects(ctx, n, core.ObjectListOptions{After: after, Limit: 1000})
+					page, err := e.rt.Admin().Objects(ctx, n, core.ObjectListOptions{After: after, Limit: 1000})
 					if err != nil {
 						return err
 					}
@@ -281,7 +281,7 @@ func sqlCommand(fs *flag.FlagSet) func(context.Context, *env) error {
 		for i, s := range a[3:] {
 			args[i] = s
 		}
-		res, err := e.rt.Query(ctx, a[0], a[1], *limit, a[2], args...)
+		res, err := e.rt.Admin().Query(ctx, a[0], a[1], *limit, a[2], args...)
 		if err != nil {
 			return err
 		}
@@ -338,19 +338,19 @@ func alarmsCommand(fs *flag.FlagSet) func(context.Context, *env) error {
 		nss := []string{*ns}
 		if *ns == "" {
 			var err error
-			if nss, err = e.rt.Namespaces(); err != nil {
+			if nss, err = e.rt.Admin().Namespaces(); err != nil {
 				return err
 			}
 		}
 		out := []alarm{}
 		for _, n := range nss {
 			for after := ""; ; {
-				page, err := e.rt.Objects(ctx, n, core.ObjectListOptions{After: after, Limit: 1000})
+				page, err := e.rt.Admin().Objects(ctx, n, core.ObjectListOptions{After: after, Limit: 1000})
 				if err != nil {
 					return err
 				}
 				for _, o := range page {
-					rep, err := e.rt.Inspect(ctx, n, o.Name)
+					rep, err := e.rt.Admin().Inspect(ctx, n, o.Name)
 					if err != nil {
 						return err
 					}
@@ -381,7 +381,7 @@ func deadLettersCommand(*flag.FlagSet) func(context.Context, *env) error {
 		if e.fs.NArg() > 0 {
 			return usageErr{fmt.Sprintf("unexpected arguments %q", e.fs.Args())}
 		}
-		dls, err := e.rt.DeadLetters()
+		dls, err := e.rt.Admin().DeadLetters()
 		if err != nil {
 			return err
 		}
@@ -427,7 +427,7 @@ func rearmCommand(fs *flag.FlagSet) func(context.Context, *env) error {
 			seqs = append(seqs, seq)
 		}
 		for _, seq := range seqs {
-			if err := e.rt.Rearm(ctx, seq, when); err != nil {
+			if err := e.rt.Admin().Rearm(ctx, seq, when); err != nil {
 				return err
 			}
 			if !e.json {
@@ -446,7 +446,7 @@ func checkCommand(*flag.FlagSet) func(context.Context, *env) error {
 		if e.fs.NArg() > 0 {
 			return usageErr{fmt.Sprintf("unexpected arguments %q", e.fs.Args())}
 		}
-		problems, err := e.rt.Check(ctx)
+		problems, err := e.rt.Admin().Check(ctx)
 		if err != nil {
 			return err
 		}
@@ -480,7 +480,7 @@ func backupCommand(*flag.FlagSet) func(context.Context, *env) error {
 		if err != nil {
 			return err
 		}
-		p, err := e.rt.Backup(ctx, dst, core.BackupOptions{})
+		p, err := e.rt.Admin().Backup(ctx, dst, core.BackupOptions{})
 		if err != nil {
 			return err
 		}

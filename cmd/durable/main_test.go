@@ -277,7 +277,7 @@ func TestLocked(t *testing.T) {
 		require.Equal(t, 3, code, args)
 		require.Contains(t, errOut, "process "+strconv.Itoa(os.Getpid()), args)
 	}
-	nss, err := rt.Namespaces()
+	nss, err := rt.Admin().Namespaces()
 	require.NoError(t, err)
 	require.Equal(t, []string{"failers", "notes"}, nss)
 }

@@ -130,7 +130,7 @@ func (r *Room) Fetch(ctx context.Context, w http.ResponseWriter, req *http.Reque
 	// if it fails with core.ErrBadHandshake the error answer is written:
 	// return nil); keep Member{name, r.st.Now() in ms} as its attachment;
 	// (part 2) replay the kept messages after since; send "!live <r.last>"
-	// (ws.SendText(ctx, ...): sends need the turn's ctx).
+	// (ws.Send(ctx, core.TextMessage(...)): sends need the turn's ctx).
 	return errTODO
 }
 

@@ -157,7 +157,7 @@ func (r *Room) Fetch(ctx context.Context, w http.ResponseWriter, req *http.Reque
 			return err
 		}
 	}
-	if err := ws.SendText(ctx, "!live "+strconv.FormatInt(r.last, 10)); err != nil {
+	if err := ws.Send(ctx, core.TextMessage("!live "+strconv.FormatInt(r.last, 10))); err != nil {
 		return err
 	}
 	return r.armPrune(ctx)
@@ -179,7 +179,7 @@ func (r *Room) replay(ctx context.Context, ws *core.WebSocket, since int64) erro
 		return err
 	}
 	if since+1 < first {
-		if err := ws.SendText(ctx, fmt.Sprintf("!gap %d %d", since, first)); err != nil {
+		if err := ws.Send(ctx, core.TextMessage(fmt.Sprintf("!gap %d %d", since, first))); err != nil {
 			return err
 		}
 	}
