@@ -165,7 +165,7 @@ func (rt *Runtime) copyObject(ctx context.Context, e runindex.Object, out string
 			built := true
 			err := o.hold(ctx, func() error {
 				var err error
-				built = o.built
+				built = o.hasInstance()
 				at, err = o.vacuumInto(tmp)
 				return err
 			})
@@ -194,8 +194,8 @@ func (rt *Runtime) copyObject(ctx context.Context, e runindex.Object, out string
 // vacuumInto writes a copy of the object's database, as of its last commit, to path, and returns
 // its earliest timer; the gate is held, so no batch is open.
 func (o *object) vacuumInto(path string) (int64, error) {
-	if o.store != nil {
-		return vacuumStore(o.store, path, o.rt.opts.Synchronous)
+	if st := o.openStore(); st != nil {
+		return vacuumStore(st, path, o.rt.opts.Synchronous)
 	}
 	o.ns.waitClosed(o.id)
 	return vacuumClosed(o.place.db, path)

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"database/sql"
 	"errors"
 	"fmt"
 	"runtime"
@@ -168,10 +169,13 @@ func (t *turn) db() (*store, error) {
 func (t *turn) write() (*store, error) {
 	st, err := t.db()
 	if err == nil {
-		t.o.batch.dirty = true
+		t.dirty()
 	}
 	return st, err
 }
+
+// dirty marks the open batch as having written something (db opened it).
+func (t *turn) dirty() { t.o.batch.dirty = true }
 
 // endSegment closes the segment: its Rows are closed, its savepoint is released into the batch (or
 // rolled back), and its effects join the batch (or are dropped; with nothing uncommitted they are
@@ -307,6 +311,14 @@ func (o *object) commit() error {
 	return err
 }
 
+// nextTimer returns the earliest due time of all the object's timers, a running one included (its
+// run may not end), for the commit path.
+func (o *object) nextTimer() (alarmChange, error) {
+	var at sql.NullInt64
+	err := o.store.QueryOwn("SELECT min(at) FROM main._durable_timers", nil, func(rows *sql.Rows) error { return rows.Scan(&at) })
+	return alarmChange{at: at.Int64, del: !at.Valid}, err
+}
+
 // finish ends the batch: its output leaves (or, with err, is dropped) and its turns go on.
 func (b *batch) finish(err error) error {
 	b.err = err
@@ -332,8 +344,7 @@ func (o *object) fail(cause error) error {
 		o.batch = nil
 		b.finish(err)
 	}
-	o.CloseDB()
-	o.inst, o.built = nil, false
+	o.unload()
 	if o.repl != nil {
 		o.repl.Failed(o, cause)
 	}

@@ -164,7 +164,7 @@ func (o *object) openChecked() (*store, bool, error) {
 	fi, err := os.Stat(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		if datadir.FileSize(path) == 0 && o.repl == nil { // no WAL either (in cluster mode the file is a cache)
+		if datadir.FileSize(path) == 0 && o.rt.cluster == nil { // no WAL either (in cluster mode the file is a cache)
 			_, known, err := o.rt.ix.Lookup(o.ns.name, o.id)
 			if err != nil {
 				return nil, false, err
@@ -207,7 +207,7 @@ func (o *object) openChecked() (*store, bool, error) {
 // start again empty. It waits for the object's gate, so no turn of it runs meanwhile.
 func (a *Admin) Quarantine(ctx context.Context, namespace, name string) (string, error) {
 	rt := a.rt
-	if rt.repl != nil {
+	if rt.cluster != nil {
 		return "", fmt.Errorf("%w: Quarantine", ErrClusterMode)
 	}
 	var dest string
@@ -224,7 +224,7 @@ func (a *Admin) Quarantine(ctx context.Context, namespace, name string) (string,
 // quarantined first. The object's alarm comes back with it. It waits for the object's gate.
 func (a *Admin) Restore(ctx context.Context, namespace, name, src string) error {
 	rt := a.rt
-	if rt.repl != nil {
+	if rt.cluster != nil {
 		return fmt.Errorf("%w: Restore", ErrClusterMode)
 	}
 	return rt.holdObject(ctx, "restore", namespace, name, func(o *object) error {
@@ -304,13 +304,7 @@ func (rt *Runtime) holdObject(ctx context.Context, op, namespace, name string, f
 	err := viaCaller(ctx, func(ctx context.Context) error {
 		return ns.with(name, id, placement{}, func(o *object) error {
 			return o.hold(ctx, func() error {
-				if o.store != nil {
-					o.store.Close()
-					o.store = nil
-					o.hasStore.Store(false)
-					rt.counts.Closed(o.ns.stat)
-				}
-				o.inst, o.built = nil, false
+				o.unload()
 				ns.waitClosed(o.id)
 				return fn(o)
 			})
@@ -320,49 +314,6 @@ func (rt *Runtime) holdObject(ctx context.Context, op, namespace, name string, f
 		return fail(err)
 	}
 	return nil
-}
-
-// hold runs fn holding the object's gate, as a turn that builds no instance and runs no code of the
-// object's, with no batch open (one handed over with the gate is committed first). fn may run turns
-// of its own through runTurnNoCtor.
-func (o *object) hold(ctx context.Context, fn func() error) error {
-	t := &turn{Context: ctx, o: o}
-	if _, err := o.acquire(t, nil, false); err != nil {
-		return err
-	}
-	if o.repl != nil {
-		if err := o.claim(); err != nil {
-			o.release()
-			return err
-		}
-	}
-	if o.batch != nil { // the gate came with a batch open for us to join: commit it first
-		if err := o.commit(); err != nil {
-			o.release()
-			return err
-		}
-	}
-	o.holding = t
-	defer func() {
-		o.holding = nil
-		if b := o.batch; b != nil {
-			o.commit()
-		}
-		o.release()
-	}()
-	return fn()
-}
-
-// runTurnNoCtor runs body as a turn of the object whose gate hold holds, and commits it.
-func (o *object) runTurnNoCtor(body func(t *turn) error) error {
-	t := o.holding
-	err := body(t)
-	if o.batch != nil {
-		if cerr := o.commit(); err == nil {
-			err = cerr
-		}
-	}
-	return err
 }
 
 // checkDBFile opens a database file on its own and runs SQLite's quick check on it.

@@ -52,7 +52,7 @@ func RegisterFacet[T any](rt *Runtime, parent Kind, kind string, ctor func(conte
 	if ctor == nil {
 		return nil, errors.New("core: RegisterFacet: nil constructor")
 	}
-	if rt.repl != nil {
+	if rt.cluster != nil {
 		return nil, fmt.Errorf("%w: facets", ErrClusterMode)
 	}
 	p := parent.kindNS()

@@ -370,7 +370,7 @@ func (rt *Runtime) report(ctx context.Context, e runindex.Object, r *sqlstore.Re
 		}
 	}
 	if o != nil {
-		rep.Resident = o.built
+		rep.Resident = o.hasInstance()
 		for _, ws := range rt.ws.list(o.ns, o.name, "") {
 			info := WebSocketInfo{Tags: ws.Tags()}
 			if a, err := ws.Attachment(); err == nil && len(a) > 0 {

@@ -20,14 +20,16 @@ var errEvicted = errors.New("core: object evicted")
 // (activation, idleness, eviction, and in cluster mode its replicator). What a turn does with it is
 // in turn.go and batch.go.
 type object struct {
+	// Set when the object is made, never changed; read by anyone.
 	ns    *namespace
 	rt    *Runtime
 	name  string
 	id    string
 	place placement
-	state State
+	repl  replicator // cluster mode's side of the object; nil in the single-process runtime
+	state State      // what its code is given; its reset and block fields are the gate holder's
 
-	mu         sync.Mutex // protects the fields down to free
+	mu         sync.Mutex // protects the fields down to free: the gate's queue (gate.go) and idleness
 	held       bool       // the gate is taken (by a turn, or by eviction)
 	head, tail *waiter    // FIFO of callers waiting for the gate
 	qlen       int        // waiters not cancelled
@@ -37,24 +39,27 @@ type object struct {
 	lastUse    int64     // the runtime's use sequence at the last release, for LRU order
 	free       []*waiter // recycled waiters (their channels belong to this object)
 
-	holder     atomic.Pointer[turn] // the turn holding the gate, for deadlock checks
-	alarmBusy  atomic.Bool          // a run of due timers is under way (it may be inside Await)
-	alarmAgain atomic.Bool          // a fire came meanwhile: the run looks again when it ends
+	// Atomic: read by anyone, written as each says.
+	holder     atomic.Pointer[turn] // the turn holding the gate (gate.go), for deadlock checks
+	alarmBusy  atomic.Bool          // a run of due timers is under way (it may be inside Await; alarm.go)
+	alarmAgain atomic.Bool          // a fire came meanwhile: the run looks again when it ends (alarm.go)
 	gone       atomic.Bool          // mirrors evicted for lock-free checks
-	hasStore   atomic.Bool          // a database is open
+	hasStore   atomic.Bool          // a database is open (mirrors store != nil)
+	reads      atomic.Int64         // rows read by its turns (storage.go)
+	writes     atomic.Int64         // rows written by its turns (storage.go)
 
-	// Touched only by the gate holder.
+	// The gate holder's: touched only in turn.go, batch.go, gate.go and object.go; other files ask
+	// through hasInstance, openStore, unload, and the turn's own methods.
 	inst      any
 	built     bool
 	store     *store
 	fresh     bool   // the runtime's tables are not set up in store yet
 	batch     *batch // open group-commit batch, nil when nothing is uncommitted
 	lastBatch int    // turns in the last batch committed
-	alarmRun  *alarmRun
-	holding   *turn // the turn of a hold (catalog.go): the gate held without an instance
-	reads     atomic.Int64
-	writes    atomic.Int64
-	repl      replicator // cluster mode's side of the object; nil in the single-process runtime
+	holding   *turn  // the turn of a hold (turn.go): the gate held without an instance
+
+	// The gate holder's, for the alarm run: touched only in alarm.go.
+	alarmRun *alarmRun
 }
 
 // placement is where an object lives, fixed when it is created: the name its code sees, its
@@ -79,7 +84,7 @@ func newObject(ns *namespace, name, id string, place placement) *object {
 	o := &object{ns: ns, rt: ns.rt, name: name, id: id, place: place, lastActive: ns.rt.coarseNow()}
 	o.state.o = o
 	o.state.storage.o = o
-	if n := ns.rt.repl; n != nil {
+	if n := ns.rt.cluster; n != nil {
 		o.repl = n.Object(ns.name, name, o.place.db)
 	}
 	return o
@@ -210,6 +215,27 @@ func (o *object) CloseDB() {
 		o.hasStore.Store(false)
 		o.rt.counts.Closed(o.ns.stat)
 	}
+}
+
+// hasInstance reports whether the object's instance is built; openStore returns its open database,
+// nil if none. For the gate holder.
+func (o *object) hasInstance() bool { return o.built }
+
+func (o *object) openStore() *store { return o.store }
+
+// lacksWebSocketHandlers reports, for a WebSocket the instance accepts, whether it has no close
+// handler and no error handler (the runtime then answers a close itself, and logs errors).
+func (o *object) lacksWebSocketHandlers() (noClose, noError bool) {
+	_, hasClose := o.inst.(WebSocketCloseHandler)
+	_, hasError := o.inst.(WebSocketErrorHandler)
+	return !hasClose && o.inst != nil, !hasError && o.inst != nil
+}
+
+// unload closes the object's database and drops its instance: the next turn rebuilds both from what
+// is durable.
+func (o *object) unload() {
+	o.CloseDB()
+	o.inst, o.built = nil, false
 }
 
 // WaitClosed waits for an eviction of the same object to close its file.

@@ -54,10 +54,10 @@ type ClusterStats struct {
 
 // clusterStats reads cluster mode's counters.
 func (rt *Runtime) clusterStats() ClusterStats {
-	if rt.repl == nil {
+	if rt.cluster == nil {
 		return ClusterStats{}
 	}
-	s := rt.repl.Stats()
+	s := rt.cluster.Stats()
 	return ClusterStats{Commits: s.Commits, Records: s.Records, RecordBytes: s.RecordBytes, PageBytes: s.PageBytes,
 		Snapshots: s.Snapshots, HeldLeases: s.HeldLeases, WatchedLeases: s.WatchedLeases}
 }
@@ -90,5 +90,5 @@ func (rt *Runtime) openReplication() {
 		Now: rt.now, Logger: rt.log}
 	orDefault(&cfg.LeaseTTL, 4*time.Second)
 	orDefault(&cfg.SnapshotEvery, 1000)
-	rt.repl = replica.Start(cfg)
+	rt.cluster = replica.Start(cfg)
 }

@@ -59,7 +59,7 @@ type Runtime struct {
 	template func() ([]byte, error) // an empty object database, built once
 	ws       wsHub                  // the WebSocket connections
 	lock     *datadir.Lock          // the data directory's OS lock, held until Shutdown ends
-	repl     *replica.Node          // cluster mode; nil in the single-process runtime
+	cluster  *replica.Node          // cluster mode: the node's leases; nil in the single-process runtime
 }
 
 // Stats are counters over the runtime's life, for tests, benchmarks and monitoring.
@@ -157,7 +157,7 @@ func (rt *Runtime) telemetrySource() telemetry.Source {
 			}
 		},
 		Cluster: func() (telemetry.Cluster, bool) {
-			if rt.repl == nil {
+			if rt.cluster == nil {
 				return telemetry.Cluster{}, false
 			}
 			st := rt.clusterStats()
@@ -205,7 +205,7 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 			select {
 			case <-rt.drained:
 			case <-ctx.Done():
-				if rt.repl != nil {
+				if rt.cluster != nil {
 					// Cluster mode: the objects nothing is using go now, and their leases back,
 					// so that other nodes need not wait for a process that may never finish.
 					evictIdle()
@@ -229,8 +229,8 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 	if err := waitCalls(); err != nil {
 		return err
 	}
-	if rt.repl != nil { // the objects are closed and their leases handed back: stop renewing
-		errs = append(errs, rt.repl.Close())
+	if rt.cluster != nil { // the objects are closed and their leases handed back: stop renewing
+		errs = append(errs, rt.cluster.Close())
 	}
 	errs = append(errs, rt.ix.Close())
 	if rt.ownDir {

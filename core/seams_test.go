@@ -11,16 +11,20 @@ import (
 	"testing"
 )
 
-// Only the turn (turn.go) and the object's lifecycle (object.go) call the telemetry hooks, the
-// runtime's field tel (seams.go). The runtime makes and closes them (runtime.go), and a namespace
-// takes its counts and attributes from them (namespace.go); no other file of package core
-// references them.
+// turnFiles are the turn (turn.go), its batch (batch.go), its gate (gate.go) and the object's
+// lifecycle (object.go): the only files that call across a seam or touch the gate holder's fields.
+var turnFiles = []string{"turn.go", "batch.go", "gate.go", "object.go"}
+
+// Only the turn and the object's lifecycle (turnFiles) call the telemetry hooks, the runtime's
+// field tel (seams.go). The runtime makes and closes them (runtime.go), and a namespace takes its
+// counts and attributes from them (namespace.go); no other file of package core references them.
 func TestSeams_TelemetryHooksCalledOnlyByTheTurnAndTheObject(t *testing.T) {
 	allowed := map[string][]string{ // file: the hooks it may call ("*": any; "": the field itself)
-		"turn.go":      {"*"},
-		"object.go":    {"*"},
 		"runtime.go":   {"", "Close"},
 		"namespace.go": {"Namespace"},
+	}
+	for _, f := range turnFiles {
+		allowed[f] = []string{"*"}
 	}
 	uses := telemetryUses(t)
 	if len(uses["turn.go"]) == 0 || len(uses["object.go"]) == 0 {
@@ -30,7 +34,7 @@ func TestSeams_TelemetryHooksCalledOnlyByTheTurnAndTheObject(t *testing.T) {
 		ok := allowed[file]
 		for _, use := range uses[file] {
 			if !slices.Contains(ok, "*") && !slices.Contains(ok, use.hook) {
-				t.Errorf("%s: %s references the telemetry hooks (.tel%s); only turn.go and object.go call them",
+				t.Errorf("%s: %s references the telemetry hooks (.tel%s); only the turn's files call them",
 					use.pos, file, strings.TrimSuffix("."+use.hook, "."))
 			}
 		}
@@ -83,4 +87,82 @@ func telemetryUses(t *testing.T) map[string][]telemetryUse {
 		})
 	}
 	return uses
+}
+
+// Only the turn and the object's lifecycle (turnFiles) call the replicator, an object's field repl
+// (seams.go), or compare it; the others ask whether the runtime is in cluster mode
+// (Runtime.cluster).
+func TestSeams_ReplicatorCalledOnlyByTheTurnAndTheObject(t *testing.T) {
+	uses := fieldUses(t, "repl")
+	if len(uses["batch.go"]) == 0 || len(uses["object.go"]) == 0 {
+		t.Fatalf("no replicator calls found in batch.go or object.go: got %v; the test no longer finds them", uses)
+	}
+	for _, file := range slices.Sorted(maps.Keys(uses)) {
+		if !slices.Contains(turnFiles, file) {
+			for _, pos := range uses[file] {
+				t.Errorf("%s: %s reaches the replicator (.repl); only the turn's files do", pos, file)
+			}
+		}
+	}
+}
+
+// The fields of an object that only the gate holder touches are touched only in turnFiles; the
+// alarm run's only in alarm.go.
+func TestSeams_GateHolderFieldsStayInTheTurn(t *testing.T) {
+	for _, field := range []string{"inst", "built", "store", "fresh", "batch", "lastBatch", "holding", "alarmRun"} {
+		files := turnFiles
+		if field == "alarmRun" {
+			files = []string{"alarm.go", "object.go"}
+		}
+		uses := fieldUses(t, field)
+		if len(uses) == 0 {
+			t.Fatalf("no use of the field %s found: the test no longer finds them", field)
+		}
+		for _, file := range slices.Sorted(maps.Keys(uses)) {
+			if !slices.Contains(files, file) {
+				for _, pos := range uses[file] {
+					t.Errorf("%s: %s touches the gate holder's field %s; only %v do", pos, file, field, files)
+				}
+			}
+		}
+	}
+}
+
+// fieldUses finds, per non-test file of package core, every selector .name (x.name), where x is
+// not a package name the file imports.
+func fieldUses(t *testing.T, name string) map[string][]token.Position {
+	t.Helper()
+	fset := token.NewFileSet()
+	pkgs, err := parser.ParseDir(fset, ".", func(fi fs.FileInfo) bool {
+		return !strings.HasSuffix(fi.Name(), "_test.go")
+	}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uses := map[string][]token.Position{}
+	for path, f := range pkgs["core"].Files {
+		file := path[strings.LastIndex(path, "/")+1:]
+		ast.Inspect(f, func(n ast.Node) bool {
+			sel, ok := n.(*ast.SelectorExpr)
+			if !ok || sel.Sel.Name != name {
+				return true
+			}
+			if id, ok := sel.X.(*ast.Ident); ok && id.Obj == nil && isImport(f, id.Name) {
+				return true
+			}
+			uses[file] = append(uses[file], fset.Position(sel.Pos()))
+			return true
+		})
+	}
+	return uses
+}
+
+func isImport(f *ast.File, name string) bool {
+	for _, is := range f.Imports {
+		path := strings.Trim(is.Path.Value, `"`)
+		if is.Name != nil && is.Name.Name == name || is.Name == nil && path[strings.LastIndex(path, "/")+1:] == name {
+			return true
+		}
+	}
+	return false
 }

@@ -180,7 +180,7 @@ func (s *Storage) Query(ctx context.Context, query string, args ...any) (*Rows, 
 	switch sqlstore.FirstKeyword(query) {
 	case "SELECT", "VALUES", "EXPLAIN", "PRAGMA":
 	default:
-		s.o.batch.dirty = true // INSERT ... RETURNING and the like
+		t.dirty() // INSERT ... RETURNING and the like
 	}
 	if err := s.checkArgs(query, args); err != nil {
 		return nil, err

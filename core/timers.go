@@ -158,14 +158,6 @@ func (t *turn) dueTimer(now int64, skip map[timerKey]bool) (timerRow, bool, erro
 	return timerRow{}, false, nil
 }
 
-// nextTimer returns the earliest due time of all the object's timers, a running one included (its
-// run may not end), for the commit path.
-func (o *object) nextTimer() (alarmChange, error) {
-	var at sql.NullInt64
-	err := o.store.QueryOwn("SELECT min(at) FROM main._durable_timers", nil, func(rows *sql.Rows) error { return rows.Scan(&at) })
-	return alarmChange{at: at.Int64, del: !at.Valid}, err
-}
-
 // listTimers returns owner's pending schedule entries; a running recurring one is at its next tick.
 func (t *turn) listTimers(owner string) ([]Timer, error) {
 	rs, err := t.queryTimers("owner = ? AND key <> '' ORDER BY at, key", owner)

@@ -328,6 +328,49 @@ func (o *object) invoke(t *turn, fn func(context.Context, any) error) (err error
 	return err
 }
 
+// hold runs fn holding the object's gate, as a turn that builds no instance and runs no code of the
+// object's, with no batch open (one handed over with the gate is committed first). fn may run turns
+// of its own through runTurnNoCtor.
+func (o *object) hold(ctx context.Context, fn func() error) error {
+	t := &turn{Context: ctx, o: o}
+	if _, err := o.acquire(t, nil, false); err != nil {
+		return err
+	}
+	if o.repl != nil {
+		if err := o.claim(); err != nil {
+			o.release()
+			return err
+		}
+	}
+	if o.batch != nil { // the gate came with a batch open for us to join: commit it first
+		if err := o.commit(); err != nil {
+			o.release()
+			return err
+		}
+	}
+	o.holding = t
+	defer func() {
+		o.holding = nil
+		if b := o.batch; b != nil {
+			o.commit()
+		}
+		o.release()
+	}()
+	return fn()
+}
+
+// runTurnNoCtor runs body as a turn of the object whose gate hold holds, and commits it.
+func (o *object) runTurnNoCtor(body func(t *turn) error) error {
+	t := o.holding
+	err := body(t)
+	if o.batch != nil {
+		if cerr := o.commit(); err == nil {
+			err = cerr
+		}
+	}
+	return err
+}
+
 // await runs fn with the gate open: the turn so far is committed durably, other turns may run while
 // fn runs, and the turn re-enters at the back of the queue when fn returns. fn's context does not
 // mark the turn: the turn's storage and output are not reachable from it.

@@ -102,9 +102,7 @@ func (st *State) AcceptWebSocket(ctx context.Context, w http.ResponseWriter, r *
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadHandshake, err)
 	}
-	_, noClose := o.inst.(WebSocketCloseHandler)
-	_, noError := o.inst.(WebSocketErrorHandler)
-	ws.noClose, ws.noError = !noClose && o.inst != nil, !noError && o.inst != nil
+	ws.noClose, ws.noError = o.lacksWebSocketHandlers()
 	if err := rt.ws.add(ws); err != nil {
 		ws.c.Drop()
 		return nil, err
