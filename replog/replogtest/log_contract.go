@@ -104,10 +104,10 @@ func LogContract(t *testing.T, newLog func(t *testing.T) replog.Log) {
 		for _, expect := range []uint64{0, s1, s2 + 1, s2 + 1000} {
 			_, err := l.Append(ctx, "counters/c", expect, []byte("stale"))
 			if !errors.Is(err, replog.ErrConflict) {
-				t.Errorf("Append expecting %d while the last record is %d: %v; want ErrLogConflict", expect, s2, err)
+				t.Errorf("Append expecting %d while the last record is %d: %v; want replog.ErrConflict", expect, s2, err)
 			}
 			if errors.Is(err, replog.ErrUnknown) {
-				t.Errorf("Append expecting %d: a refused append is a known outcome, not ErrLogUnknown: %v", expect, err)
+				t.Errorf("Append expecting %d: a refused append is a known outcome, not replog.ErrUnknown: %v", expect, err)
 			}
 		}
 		seq, rec, err := l.Last(ctx, "counters/c")

@@ -85,23 +85,23 @@ type MemNode struct {
 	mu        sync.Mutex
 	logCut    bool
 	leasesCut bool
-	loseAcks  int                                // appends that land but report ErrLogUnknown
-	dropNext  int                                // appends that do not land and report ErrLogUnknown
+	loseAcks  int                                // appends that land but report replog.ErrUnknown
+	dropNext  int                                // appends that do not land and report replog.ErrUnknown
 	before    func(key string, rec []byte) error // called before each append; an error is returned instead
 }
 
 // CutLog cuts the node off from the log (cut true) or joins it back: every log call fails, an append
-// with ErrLogUnknown.
+// with replog.ErrUnknown.
 func (n *MemNode) CutLog(cut bool) { n.mu.Lock(); n.logCut = cut; n.mu.Unlock() }
 
 // CutLeases cuts the node off from the leases (cut true) or joins it back: every call fails.
 func (n *MemNode) CutLeases(cut bool) { n.mu.Lock(); n.leasesCut = cut; n.mu.Unlock() }
 
-// LoseAcks makes the node's next k appends land in the log but report ErrLogUnknown, as an append
+// LoseAcks makes the node's next k appends land in the log but report replog.ErrUnknown, as an append
 // whose acknowledgement was lost does.
 func (n *MemNode) LoseAcks(k int) { n.mu.Lock(); n.loseAcks = k; n.mu.Unlock() }
 
-// DropAppends makes the node's next k appends not land, and report ErrLogUnknown, as an append lost
+// DropAppends makes the node's next k appends not land, and report replog.ErrUnknown, as an append lost
 // on its way does.
 func (n *MemNode) DropAppends(k int) { n.mu.Lock(); n.dropNext = k; n.mu.Unlock() }
 
@@ -151,7 +151,7 @@ func (l memLog) Append(ctx context.Context, key string, expect uint64, rec []byt
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return 0, fmt.Errorf("%w: %v", replog.ErrUnknown, err)
+		return 0, fmt.Errorf("%w: %w", replog.ErrUnknown, err)
 	}
 	c := n.c
 	c.mu.Lock()
