@@ -44,7 +44,7 @@ type object struct {
 	alarmBusy  atomic.Bool          // a run of due timers is under way (it may be inside Await; alarm.go)
 	alarmAgain atomic.Bool          // a fire came meanwhile: the run looks again when it ends (alarm.go)
 	gone       atomic.Bool          // mirrors evicted for lock-free checks
-	hasStore   atomic.Bool          // a database is open (mirrors store != nil)
+	hasStore   atomic.Bool          // a database is open and counted (cleared as an eviction begins)
 	reads      atomic.Int64         // rows read by its turns (storage.go)
 	writes     atomic.Int64         // rows written by its turns (storage.go)
 
@@ -118,10 +118,7 @@ func (o *object) tryEvict() bool {
 // same name now waits for the close) and stops counting as open.
 func (o *object) detach() chan struct{} {
 	ch := o.ns.remove(o)
-	if o.store != nil {
-		o.hasStore.Store(false)
-		o.rt.counts.Closed(o.ns.stat)
-	}
+	o.uncount()
 	o.rt.counts.Evicted(o.ns.stat)
 	return ch
 }
@@ -131,7 +128,7 @@ func (o *object) detach() chan struct{} {
 func (o *object) closeRemoved(ch chan struct{}) (err error) {
 	defer o.ns.closed(o.id, ch)
 	if o.inst, o.built = nil, false; o.store != nil {
-		err, o.store = o.store.Close(), nil
+		err = o.closeDB()
 		o.touchCatalog()
 	}
 	if o.repl != nil { // evicted: the lease goes back, another node may take it at once
@@ -206,13 +203,25 @@ func (o *object) AdoptDB(st *store, fresh bool) {
 	o.rt.shed()
 }
 
-// CloseDB closes the object's database, if open: the one place a database is closed while the
-// object stays resident.
-func (o *object) CloseDB() {
-	if o.store != nil {
-		o.store.Close()
-		o.store = nil
-		o.hasStore.Store(false)
+// CloseDB closes the object's database, if open.
+func (o *object) CloseDB() { _ = o.closeDB() }
+
+// closeDB is the one place an object's database is closed: for a failure, a hold, a claim in
+// cluster mode, and eviction.
+func (o *object) closeDB() error {
+	if o.store == nil {
+		return nil
+	}
+	err := o.store.Close()
+	o.store = nil
+	o.uncount()
+	return err
+}
+
+// uncount stops counting the object's database as open; an eviction does it as the object leaves
+// its namespace, before the database is closed off the caller's goroutine.
+func (o *object) uncount() {
+	if o.hasStore.Swap(false) {
 		o.rt.counts.Closed(o.ns.stat)
 	}
 }
