@@ -49,8 +49,9 @@
 // only by its turns, one at a time: they need no locks. A call runs its turn on the caller's
 // goroutine (no mailbox goroutine), and the gate passes from one waiting caller to the next in FIFO
 // order; under contention one goroutine holding the gate may run the queued turns in turn, with the
-// same order, contexts and outcomes (a panic's stack then shows that goroutine). A full queue (Options.MaxQueue) fails a call at once with
-// ErrOverloaded. A context cancelled while queued ends the wait; a running turn is not interrupted.
+// same order, contexts and outcomes (a panic's stack then shows that goroutine). A full queue
+// (Options.MaxQueue) fails a call at once with ErrOverloaded. A context cancelled while queued ends
+// the wait; a running turn is not interrupted.
 // State.BlockConcurrencyWhile keeps the gate closed across waits; its failure or timeout
 // (BlockConcurrencyTimeout) resets the object (ErrObjectReset). Runtime.Shutdown stops new calls,
 // cancels the runtime's base context, waits until what runs has finished or its ctx ends, and
