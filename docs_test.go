@@ -8,7 +8,6 @@ import (
 	"go/token"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -16,23 +15,11 @@ import (
 
 // Every package states its promise in a doc comment.
 func TestEveryPackageHasADoc(t *testing.T) {
-	dirs := map[string]bool{}
-	filepath.WalkDir(".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") && p != "." || d.Name() == "testdata") {
-			return filepath.SkipDir
-		}
-		if !d.IsDir() && strings.HasSuffix(p, ".go") && !strings.HasSuffix(p, "_test.go") {
-			dirs[filepath.Dir(p)] = true
-		}
-		return nil
-	})
+	dirs := sourceDirs(t)
 	if len(dirs) == 0 {
 		t.Fatal("no packages found")
 	}
-	for dir := range dirs {
+	for _, dir := range dirs {
 		pkgs, err := parser.ParseDir(token.NewFileSet(), dir, func(fi fs.FileInfo) bool {
 			return !strings.HasSuffix(fi.Name(), "_test.go")
 		}, parser.ParseComments|parser.PackageClauseOnly)

@@ -50,17 +50,7 @@ type telemetryUse struct {
 // the method called on it, and every use of the type telemetryHooks outside seams.go and runtime.go.
 func telemetryUses(t *testing.T) map[string][]telemetryUse {
 	t.Helper()
-	fset := token.NewFileSet()
-	pkgs, err := parser.ParseDir(fset, ".", func(fi fs.FileInfo) bool {
-		return !strings.HasSuffix(fi.Name(), "_test.go")
-	}, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pkg := pkgs["core"]
-	if pkg == nil {
-		t.Fatal("package core not found")
-	}
+	fset, pkg := parseCore(t)
 	uses := map[string][]telemetryUse{}
 	for path, f := range pkg.Files {
 		file := path[strings.LastIndex(path, "/")+1:]
@@ -132,15 +122,9 @@ func TestSeams_GateHolderFieldsStayInTheTurn(t *testing.T) {
 // not a package name the file imports.
 func fieldUses(t *testing.T, name string) map[string][]token.Position {
 	t.Helper()
-	fset := token.NewFileSet()
-	pkgs, err := parser.ParseDir(fset, ".", func(fi fs.FileInfo) bool {
-		return !strings.HasSuffix(fi.Name(), "_test.go")
-	}, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fset, pkg := parseCore(t)
 	uses := map[string][]token.Position{}
-	for path, f := range pkgs["core"].Files {
+	for path, f := range pkg.Files {
 		file := path[strings.LastIndex(path, "/")+1:]
 		ast.Inspect(f, func(n ast.Node) bool {
 			sel, ok := n.(*ast.SelectorExpr)
@@ -165,4 +149,21 @@ func isImport(f *ast.File, name string) bool {
 		}
 	}
 	return false
+}
+
+// parseCore parses the non-test files of package core.
+func parseCore(t *testing.T) (*token.FileSet, *ast.Package) {
+	t.Helper()
+	fset := token.NewFileSet()
+	pkgs, err := parser.ParseDir(fset, ".", func(fi fs.FileInfo) bool {
+		return !strings.HasSuffix(fi.Name(), "_test.go")
+	}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkg := pkgs["core"]
+	if pkg == nil {
+		t.Fatal("package core not found")
+	}
+	return fset, pkg
 }
