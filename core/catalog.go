@@ -27,7 +27,7 @@ type ObjectInfo struct {
 	ID         string
 	Created    time.Time // when its database was created
 	LastActive time.Time // its last turn, to within the runtime's coarse clock; for an object not in memory, as of its eviction
-	Size       int64     // bytes of its database and WAL, as of its last eviction (0 if never evicted)
+	Size       int64     // bytes of its database and WAL now, as Admin.Inspect reports them
 }
 
 // ObjectListOptions page through Namespace.List: pass the last name of a page as After to get the next.
@@ -37,7 +37,8 @@ type ObjectListOptions struct {
 }
 
 // List returns the namespace's objects with storage, in name order (byte order), a page at a time.
-// It may be called at any time, from inside a turn or not; it reads the catalog, never an object.
+// It may be called at any time, from inside a turn or not; it reads the catalog, never an object
+// (the size is its files', from the file system).
 // An object whose first turn has not committed yet is not listed.
 func (n *Namespace[T]) List(ctx context.Context, opts ObjectListOptions) ([]ObjectInfo, error) {
 	if err := ctx.Err(); err != nil {
@@ -57,7 +58,8 @@ func (n *Namespace[T]) List(ctx context.Context, opts ObjectListOptions) ([]Obje
 	}
 	out := make([]ObjectInfo, len(es))
 	for i, e := range es {
-		out[i] = ObjectInfo{Name: e.Name, ID: e.ID, Created: time.Unix(0, e.Created), LastActive: time.Unix(0, e.Active), Size: e.Size}
+		out[i] = ObjectInfo{Name: e.Name, ID: e.ID, Created: time.Unix(0, e.Created), LastActive: time.Unix(0, e.Active),
+			Size: datadir.FileSize(filepath.Join(rt.dir, e.File))}
 		if active, ok := n.ns.residentActive(e.Name); ok && active.After(out[i].LastActive) {
 			out[i].LastActive = active
 		}

@@ -391,6 +391,31 @@ func TestAPI_Discoverable(t *testing.T) {
 		}
 	}
 
+	// A WebSocket handshake's errors are JSON too: the room's (a bad name)
+	// and gorilla's (a version it does not speak), status and headers kept.
+	for _, tc := range []struct {
+		path, version string
+		status        int
+		want          string
+	}{
+		{"/room/lobby", "13", 400, "name must be 1 to"},
+		{"/room/lobby?name=ann&since=x", "13", 400, "since must be an offset"},
+		{"/room/lobby?name=ann", "8", 400, "WebSocket handshake refused: Bad Request (an upgrade needs"},
+	} {
+		req := httptest.NewRequestWithContext(t.Context(), http.MethodGet, tc.path, nil)
+		req.Header.Set("Connection", "Upgrade")
+		req.Header.Set("Upgrade", "websocket")
+		req.Header.Set("Sec-WebSocket-Version", tc.version)
+		req.Header.Set("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		var e errorBody
+		err := json.Unmarshal(rec.Body.Bytes(), &e)
+		if err != nil || rec.Code != tc.status || !strings.Contains(e.Error, tc.want) || !strings.HasPrefix(rec.Header().Get("Content-Type"), "application/json") {
+			t.Errorf("upgrade %s: got %d %s %q, want %d JSON with %q", tc.path, rec.Code, rec.Header().Get("Content-Type"), rec.Body.Bytes(), tc.status, tc.want)
+		}
+	}
+
 	// HEAD is GET without the body.
 	for _, path := range []string{"/", "/routes", "/state?o=head", "/room/lobby"} {
 		get, _ := do(t, h, http.MethodGet, path, nil)

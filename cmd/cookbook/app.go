@@ -115,6 +115,7 @@ func (a *app) handler() http.Handler {
 	if a.cfg.Metrics == nil {
 		return h
 	}
+	rt.extra = append(rt.extra, metricsRoute)
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", a.cfg.Metrics) // the runtime's metrics, in Prometheus's format
 	mux.Handle("/", h)

@@ -91,14 +91,16 @@ type router struct {
 	rooms  http.Handler // /room/{name}; answers its own errors in JSON
 	page   http.Handler // exactly /
 	insp   http.Handler // exactly /inspect: the inspector's page
+	extra  []route      // served beside the router (GET /metrics), listed in /routes
 	log    *slog.Logger
 }
 
 // Routes that are not in routes, for GET /routes.
 var (
-	pageRoute = route{method: "GET", path: "/", doc: "the live page: a room, the alarm timeline, the limiter, the inventory race"}
-	inspRoute = route{method: "GET", path: "/inspect", doc: "the inspector: namespaces, objects, one object's tables, rows, alarm, timers, dead letters and WebSockets (read-only)"}
-	roomRoute = route{method: "GET", path: "/room/{name}", doc: "a room: a WebSocket upgrade joins it (?name=&since=), a plain GET shows its offset and members"}
+	pageRoute    = route{method: "GET", path: "/", doc: "the live page: a room, the alarm timeline, the limiter, the inventory race"}
+	inspRoute    = route{method: "GET", path: "/inspect", doc: "the inspector: namespaces, objects, one object's tables, rows, alarm, timers, dead letters and WebSockets (read-only)"}
+	roomRoute    = route{method: "GET", path: "/room/{name}", doc: "a room: a WebSocket upgrade joins it (?name=&since=), a plain GET shows its offset and members"}
+	metricsRoute = route{method: "GET", path: "/metrics", doc: "the runtime's metrics, in Prometheus's text format"}
 )
 
 func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -167,6 +169,7 @@ func (rt *router) list() []map[string]string {
 	if rt.rooms != nil {
 		all = append(all, roomRoute)
 	}
+	all = append(all, rt.extra...)
 	for _, ro := range rt.routes {
 		all = append(all, ro)
 	}

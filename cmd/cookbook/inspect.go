@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"unicode/utf8"
 
 	"github.com/durable-go/durable/core"
@@ -17,17 +16,10 @@ import (
 
 // inspectNamespaces lists the catalog's namespaces and the runtime's stats.
 func (a *app) inspectNamespaces(*http.Request) (any, error) {
-	nss, err := a.rt.Admin().Namespaces()
+	nss, err := a.namespaces()
 	if err != nil {
 		return nil, err
 	}
-	registered := []string{a.labs.Name(), a.limits.Name(), a.sessions.Name(), a.counters.Name(), a.rooms.Name()}
-	for _, n := range registered {
-		if !slices.Contains(nss, n) {
-			nss = append(nss, n)
-		}
-	}
-	slices.Sort(nss)
 	dls, err := a.rt.Admin().DeadLetters()
 	if err != nil {
 		return nil, err
@@ -39,22 +31,8 @@ func (a *app) inspectNamespaces(*http.Request) (any, error) {
 }
 
 // inspectObjects lists a namespace's objects a page at a time:
-// ?ns=&after=&limit=20.
-func (a *app) inspectObjects(r *http.Request) (any, error) {
-	ns := r.Form.Get("ns")
-	if ns == "" {
-		return nil, badParam("ns", "a namespace", ns)
-	}
-	limit, err := intParam(r, "limit", 20, 1, 1000)
-	if err != nil {
-		return nil, err
-	}
-	page, err := a.rt.Admin().Objects(r.Context(), ns, core.ObjectListOptions{After: r.Form.Get("after"), Limit: limit})
-	if err != nil {
-		return nil, err
-	}
-	return objectPage(ns, page, limit), nil
-}
+// ?ns=&after=&limit=20, as /objects does.
+func (a *app) inspectObjects(r *http.Request) (any, error) { return a.objects(r) }
 
 type inspectTable struct {
 	Name    string   `json:"name"`

@@ -152,3 +152,56 @@ func TestInspect_SQL(t *testing.T) {
 		t.Errorf("pending %v after one more hit, want 4", n)
 	}
 }
+
+// S-O2: one truth for an object's size: /objects and /inspect/objects give
+// the bytes of its database and WAL now, as /inspect/object does, for an
+// object that was never evicted too.
+func TestObjects_SizeIsInspectsSize(t *testing.T) {
+	_, h := testApp(t, core.Options{})
+	get(t, h, "/hit?o=big&n=1000", nil)
+	var obj struct {
+		Size int64 `json:"size"`
+	}
+	get(t, h, "/inspect/object?ns=lab&name=big", &obj)
+	if obj.Size == 0 {
+		t.Fatal("/inspect/object: size 0")
+	}
+	for _, path := range []string{"/objects?ns=lab", "/inspect/objects?ns=lab"} {
+		var page struct {
+			Objects []objectEntry `json:"objects"`
+		}
+		get(t, h, path, &page)
+		if len(page.Objects) != 1 || page.Objects[0].Size != obj.Size {
+			t.Errorf("%s: %+v, want big with size %d, as /inspect/object", path, page.Objects, obj.Size)
+		}
+	}
+}
+
+// The workshop has one list of namespaces: /inspect/namespaces's, which the
+// 400 of /objects and /inspect/objects names, an inventory race's included.
+func TestObjects_OneListOfNamespaces(t *testing.T) {
+	_, h := testApp(t, core.Options{})
+	get(t, h, "/inventory/race?n=2&await=1ms", nil)
+	var nss struct {
+		Namespaces []string `json:"namespaces"`
+	}
+	get(t, h, "/inspect/namespaces", &nss)
+	if !slices.Contains(nss.Namespaces, "inventory_await_1ms") {
+		t.Fatalf("/inspect/namespaces: %v, want the race's namespace among them", nss.Namespaces)
+	}
+	want := "bad parameter ns: want one of " + strings.Join(nss.Namespaces, ", ") + `, got "nope"`
+	for _, path := range []string{"/objects?ns=nope", "/inspect/objects?ns=nope"} {
+		code, body := do(t, h, http.MethodGet, path, nil)
+		var e errorBody
+		if err := json.Unmarshal(body, &e); err != nil || code != http.StatusBadRequest || e.Error != want {
+			t.Errorf("GET %s: %d %s, want 400 %q", path, code, body, want)
+		}
+	}
+	var page struct {
+		Objects []objectEntry `json:"objects"`
+	}
+	get(t, h, "/objects?ns=inventory_await_1ms", &page)
+	if len(page.Objects) == 0 {
+		t.Error("/objects?ns=inventory_await_1ms: no objects")
+	}
+}

@@ -9,6 +9,7 @@
 // Usage:
 //
 //	go run ./cmd/cookbook [serve] [-addr 127.0.0.1:8787] [-data DIR] [-fast]
+//	go run ./cmd/cookbook serve -node NAME [-routes URLS | -nats URLS] [...]   (cluster mode; serve -h lists every flag)
 //	go run ./cmd/cookbook tour [-scale 20]
 //
 // serve stops on SIGINT or SIGTERM: it stops accepting requests, lets those
@@ -71,6 +72,8 @@ func runTo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 const usage = `usage:
   cookbook [serve] [-addr 127.0.0.1:8787] [-data DIR] [-fast]   the workshop server (default)
+  cookbook serve -node NAME [-routes URLS | -nats URLS] ...     the same as one node of a cluster (JetStream);
+                                                                cookbook serve -h lists every flag
   cookbook tour [-scale 20]                                     every experiment of the original hands-on sessions, in-process
   cookbook help                                                 this text
 `

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"net/http"
 	"slices"
 	"strings"
@@ -15,41 +14,44 @@ type objectEntry struct {
 	ID         string `json:"id"`
 	Created    int64  `json:"created"`    // unix ms
 	LastActive int64  `json:"lastActive"` // unix ms
-	Size       int64  `json:"size"`       // bytes, as of its last eviction
+	Size       int64  `json:"size"`       // bytes of its database and WAL, as /inspect/object reports
 }
 
-// listers are the workshop's namespaces by name, for GET /objects.
-func (a *app) listers() map[string]func(context.Context, core.ObjectListOptions) ([]core.ObjectInfo, error) {
-	return map[string]func(context.Context, core.ObjectListOptions) ([]core.ObjectInfo, error){
-		a.labs.Name():     a.labs.List,
-		a.limits.Name():   a.limits.List,
-		a.sessions.Name(): a.sessions.List,
-		a.counters.Name(): a.counters.List,
-		a.rooms.Name():    a.rooms.List,
+// namespaces is the workshop's one list of namespaces, for /objects,
+// /inspect/objects and /inspect/namespaces: those the catalog has objects
+// in (the inventory races' and facets' included) and those registered, in
+// order.
+func (a *app) namespaces() ([]string, error) {
+	nss, err := a.rt.Admin().Namespaces()
+	if err != nil {
+		return nil, err
 	}
+	for _, n := range []string{a.labs.Name(), a.limits.Name(), a.sessions.Name(), a.counters.Name(), a.rooms.Name()} {
+		if !slices.Contains(nss, n) {
+			nss = append(nss, n)
+		}
+	}
+	slices.Sort(nss)
+	return nss, nil
 }
 
 // objects lists a namespace's objects from the runtime's catalog, a page
-// at a time: ?ns=lab&after=<the last name of the page before>&limit=20.
+// at a time: ?ns=lab&after=<the last name of the page before>&limit=20. An
+// unknown namespace is a 400 that lists the namespaces there are.
 func (a *app) objects(r *http.Request) (any, error) {
-	ls := a.listers()
-	names := slices.Sorted(func(yield func(string) bool) {
-		for n := range ls {
-			if !yield(n) {
-				return
-			}
-		}
-	})
+	nss, err := a.namespaces()
+	if err != nil {
+		return nil, err
+	}
 	ns := r.Form.Get("ns")
-	list, ok := ls[ns]
-	if !ok {
-		return nil, badParam("ns", "one of "+strings.Join(names, ", "), ns)
+	if !slices.Contains(nss, ns) {
+		return nil, badParam("ns", "one of "+strings.Join(nss, ", "), ns)
 	}
 	limit, err := intParam(r, "limit", 20, 1, 1000)
 	if err != nil {
 		return nil, err
 	}
-	page, err := list(r.Context(), core.ObjectListOptions{After: r.Form.Get("after"), Limit: limit})
+	page, err := a.rt.Admin().Objects(r.Context(), ns, core.ObjectListOptions{After: r.Form.Get("after"), Limit: limit})
 	if err != nil {
 		return nil, err
 	}

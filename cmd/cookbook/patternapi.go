@@ -4,9 +4,12 @@ package main
 // link counter, rooms.
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -379,7 +382,9 @@ func (a *app) room(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if websocket.IsWebSocketUpgrade(r) {
-		stub.ServeHTTP(w, r)
+		jw := &jsonErrors{ResponseWriter: w}
+		stub.ServeHTTP(jw, r)
+		jw.finish()
 		return
 	}
 	st, err := core.Call(r.Context(), stub, func(ctx context.Context, rm *room.Room) (room.State, error) { return rm.State() })
@@ -389,4 +394,56 @@ func (a *app) room(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, st)
+}
+
+// jsonErrors answers an error that a WebSocket handshake writes as text
+// (gorilla's: not a WebSocket request, a foreign Origin; the room's: a bad
+// name or since) as every other error of the API: JSON, with the same
+// status and headers. Everything else, the upgrade included, goes through.
+type jsonErrors struct {
+	http.ResponseWriter
+	status int          // the error status held back, 0 if none
+	msg    bytes.Buffer // its text, at most maxErrorText bytes
+}
+
+// maxErrorText bounds the text of an error kept for its JSON.
+const maxErrorText = 1 << 10
+
+func (j *jsonErrors) WriteHeader(code int) {
+	if code >= 400 && strings.HasPrefix(j.Header().Get("Content-Type"), "text/plain") {
+		j.status = code
+		return
+	}
+	j.ResponseWriter.WriteHeader(code)
+}
+
+func (j *jsonErrors) Write(p []byte) (int, error) {
+	if j.status == 0 {
+		return j.ResponseWriter.Write(p)
+	}
+	j.msg.Write(p[:min(len(p), max(0, maxErrorText-j.msg.Len()))])
+	return len(p), nil
+}
+
+func (j *jsonErrors) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	hj, ok := j.ResponseWriter.(http.Hijacker)
+	if !ok {
+		return nil, nil, errors.New("cookbook: the connection cannot be hijacked")
+	}
+	return hj.Hijack()
+}
+
+func (j *jsonErrors) Unwrap() http.ResponseWriter { return j.ResponseWriter }
+
+// finish writes the error held back, if any. Gorilla's text is the
+// status's alone: the answer says what a handshake needs.
+func (j *jsonErrors) finish() {
+	if j.status == 0 {
+		return
+	}
+	msg := strings.TrimSpace(j.msg.String())
+	if msg == http.StatusText(j.status) {
+		msg = fmt.Sprintf("WebSocket handshake refused: %s (an upgrade needs Connection: Upgrade, Upgrade: websocket, Sec-WebSocket-Version: 13 and a Sec-WebSocket-Key; a browser's Origin must be the server's)", msg)
+	}
+	writeJSON(j.ResponseWriter, j.status, errorBody{Error: msg})
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -167,7 +168,7 @@ func TestRun_Help(t *testing.T) {
 		if err != nil {
 			t.Errorf("%q: got %v, want no error", args, err)
 		}
-		for _, want := range []string{"cookbook [serve]", "cookbook tour"} {
+		for _, want := range []string{"cookbook [serve]", "cookbook tour", "-node NAME", "-routes", "-nats"} {
 			if !strings.Contains(out.String(), want) {
 				t.Errorf("%q: the usage lacks %q:\n%s", args, want, out.String())
 			}
@@ -256,5 +257,12 @@ func TestServe_Metrics(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("/metrics:\n%s", text)
+	}
+	var routes struct {
+		Routes []map[string]string `json:"routes"`
+	}
+	s.get(t, "/routes", &routes)
+	if !slices.ContainsFunc(routes.Routes, func(r map[string]string) bool { return r["path"] == "/metrics" && r["method"] == "GET" }) {
+		t.Errorf("/routes lacks GET /metrics: %v", routes.Routes)
 	}
 }

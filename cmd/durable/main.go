@@ -4,11 +4,16 @@
 //
 // Usage:
 //
-//	go run ./cmd/durable <command> -dir DIR [flags] [arguments]
+//	go run ./cmd/durable <command> [-dir DIR] [flags] [arguments]
+//
+// Without -dir a command works on the workshop's data directory (cmd/cookbook's default, in the
+// user's cache), and says so on stderr. Flags come before the arguments; a namespace, when a
+// command takes one, is its first argument.
 //
 // The commands:
 //
-//	ls           the namespaces, or one namespace's objects (-ns), from the catalog
+//	ls           the namespaces' objects, or one namespace's, from the catalog
+//	inspect      one object: its tables, alarm, timers, dead letters and WebSockets
 //	sql          a read-only SQL query on one object's database
 //	alarms       every pending alarm and schedule entry, with its retry state
 //	deadletters  the alarms given up after their last retry
@@ -19,7 +24,10 @@
 //
 // Exit status: 0 done; 1 check found problems; 2 a usage error; 3 the directory is held by another
 // process (a server running on it: the message names its PID); 4 any other failure (a refused
-// query, an object that does not exist, a directory that does not exist).
+// query, an object or a namespace that does not exist, a directory that does not exist).
+//
+// With -json a command prints what the workshop's HTTP inspector answers, in its spelling
+// (namespace, lastError, seq ...), times in milliseconds since the epoch.
 package main
 
 import (
@@ -33,6 +41,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -88,9 +97,10 @@ var commands []command
 
 func init() {
 	commands = []command{
-		{"ls", "[-ns NAMESPACE [-after NAME] [-limit N]]", "the namespaces and their objects, or one namespace's objects, from the catalog", lsCommand},
+		{"ls", "[-after NAME] [-limit N] [NAMESPACE]", "every namespace's objects, or one namespace's a page at a time, from the catalog", lsCommand},
+		{"inspect", "NAMESPACE NAME", "one object: its tables, alarm, timers with their retry state, dead letters and WebSockets", inspectCommand},
 		{"sql", "[-limit N] NAMESPACE NAME QUERY [ARG...]", "a read-only SQL query on one object's database (the runtime's _durable_* tables included)", sqlCommand},
-		{"alarms", "[-ns NAMESPACE]", "every pending alarm and schedule entry, with its retry state", alarmsCommand},
+		{"alarms", "[NAMESPACE]", "every pending alarm and schedule entry, with its retry state", alarmsCommand},
 		{"deadletters", "", "the alarms given up after their last retry", deadLettersCommand},
 		{"rearm", "[-at TIME | -in DURATION] SEQ...", "arm dead letters again (retries reset) and remove them", rearmCommand},
 		{"check", "", "the integrity of every database and of the alarm index (exit status 1 if anything is wrong)", checkCommand},
@@ -122,12 +132,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	fs := flag.NewFlagSet(cmd.name, flag.ContinueOnError)
-	dir := fs.String("dir", "", "the data directory (required)")
+	dir := fs.String("dir", "", "the data directory (default: the workshop's, "+defaultDataDir()+")")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	body := cmd.flags(fs)
 	fs.SetOutput(io.Discard)
 	printHelp := func(w io.Writer) {
-		fmt.Fprintf(w, "usage: durable %s -dir DIR [-json] %s\n\n%s.\n\nflags:\n", cmd.name, cmd.args, cmd.summary)
+		fmt.Fprintf(w, "usage: durable %s [-dir DIR] [-json] %s\n\n%s.\n\nflags:\n", cmd.name, cmd.args, cmd.summary)
 		fs.SetOutput(w)
 		fs.PrintDefaults()
 		fs.SetOutput(io.Discard)
@@ -141,13 +151,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		printHelp(stderr)
 		return exitUsage
 	}
-	if *dir == "" {
-		fmt.Fprintf(stderr, "durable %s: -dir is required\n", cmd.name)
-		printHelp(stderr)
-		return exitUsage
+	defaulted := *dir == ""
+	if defaulted {
+		*dir = defaultDataDir()
+		fmt.Fprintf(stderr, "durable: data directory %s (the workshop's; -dir DIR chooses another)\n", *dir)
 	}
 	if fi, err := os.Stat(*dir); err != nil || !fi.IsDir() {
 		fmt.Fprintf(stderr, "durable %s: %s is not a directory\n", cmd.name, *dir)
+		if defaulted {
+			fmt.Fprintln(stderr, "durable: the workshop (go run ./cmd/cookbook) creates it; or pass -dir DIR")
+		}
 		return exitFailed
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -183,7 +196,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 func usage() string {
 	var b strings.Builder
-	b.WriteString("durable inspects and repairs a data directory no server holds.\n\nusage: durable <command> -dir DIR [flags] [arguments]\n\ncommands:\n")
+	b.WriteString("durable inspects and repairs a data directory no server holds.\n\nusage: durable <command> [-dir DIR] [flags] [arguments]\n\n")
+	b.WriteString("-dir defaults to the workshop's data directory, " + defaultDataDir() + ".\n\ncommands:\n")
 	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %s\t%s\n", c.name, c.summary)
@@ -216,58 +230,178 @@ func stamp(t time.Time) string {
 	return t.UTC().Format(time.RFC3339Nano)
 }
 
+// stampMillis is stamp for a time in milliseconds since the epoch (0: none).
+func stampMillis(ms int64) string {
+	if ms == 0 {
+		return "-"
+	}
+	return stamp(time.UnixMilli(ms))
+}
+
+// args returns the command's arguments if there are from lo to hi of them. A flag among them
+// (durable ls lab -json) is a usage error that says flags come first.
+func (e *env) args(lo, hi int) ([]string, error) {
+	a := e.fs.Args()
+	if len(a) >= lo && len(a) <= hi {
+		return a, nil
+	}
+	for _, s := range a {
+		name, _, _ := strings.Cut(strings.TrimLeft(s, "-"), "=")
+		if strings.HasPrefix(s, "-") && e.fs.Lookup(name) != nil {
+			return nil, usageErr{fmt.Sprintf("flag %s after the arguments: flags come first (durable %s %s ...)", s, e.fs.Name(), s)}
+		}
+	}
+	if len(a) < lo {
+		return nil, usageErr{fmt.Sprintf("%s needs %d arguments, got %d", e.fs.Name(), lo, len(a))}
+	}
+	return nil, usageErr{fmt.Sprintf("unexpected arguments %q", a[hi:])}
+}
+
+// defaultDataDir is the workshop's default data directory (cmd/cookbook's): in the user's cache,
+// or ./cookbook-data.
+func defaultDataDir() string {
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "durable-cookbook")
+	}
+	return "cookbook-data"
+}
+
 func lsCommand(fs *flag.FlagSet) func(context.Context, *env) error {
-	ns := fs.String("ns", "", "list this namespace's objects (default: every namespace's)")
-	after := fs.String("after", "", "with -ns: list names after this one (the last of the previous page)")
-	limit := fs.Int("limit", 100, "with -ns: at most this many objects")
+	after := fs.String("after", "", "with a NAMESPACE: list names after this one (the last of the previous page)")
+	limit := fs.Int("limit", 100, "with a NAMESPACE: at most this many objects")
 	return func(ctx context.Context, e *env) error {
-		if e.fs.NArg() > 0 {
-			return usageErr{fmt.Sprintf("unexpected arguments %q", e.fs.Args())}
+		a, err := e.args(0, 1)
+		if err != nil {
+			return err
 		}
-		type entry struct {
-			Namespace string `json:"namespace"`
-			core.ObjectInfo
-		}
-		var out []entry
+		var out []objectJSON
 		add := func(ns string, page []core.ObjectInfo) {
 			for _, o := range page {
-				out = append(out, entry{ns, o})
+				out = append(out, objectJSON{ns, o.Name, o.ID, millis(o.Created), millis(o.LastActive), o.Size})
 			}
 		}
-		if *ns != "" {
-			page, err := e.rt.Admin().Objects(ctx, *ns, core.ObjectListOptions{After: *after, Limit: *limit})
+		if len(a) == 1 {
+			if err := e.namespace(a[0]); err != nil {
+				return err
+			}
+			page, err := e.rt.Admin().Objects(ctx, a[0], core.ObjectListOptions{After: *after, Limit: *limit})
 			if err != nil {
 				return err
 			}
-			add(*ns, page)
+			add(a[0], page)
 		} else {
 			nss, err := e.rt.Admin().Namespaces()
 			if err != nil {
 				return err
 			}
 			for _, n := range nss {
-				for after := ""; ; {
-					page, err := e.rt.Admin().Objects(ctx, n, core.ObjectListOptions{After: after, Limit: 1000})
-					if err != nil {
-						return err
-					}
-					add(n, page)
-					if len(page) < 1000 {
-						break
-					}
-					after = page[len(page)-1].Name
+				if err := e.all(ctx, n, func(page []core.ObjectInfo) error { add(n, page); return nil }); err != nil {
+					return err
 				}
 			}
 		}
 		rows := make([][]string, len(out))
 		for i, o := range out {
-			rows[i] = []string{o.Namespace, o.Name, o.ID, stamp(o.Created), stamp(o.LastActive), strconv.FormatInt(o.Size, 10)}
+			rows[i] = []string{o.Namespace, o.Name, o.ID, stampMillis(o.Created), stampMillis(o.LastActive), strconv.FormatInt(o.Size, 10)}
 		}
 		if out == nil {
-			out = []entry{}
+			out = []objectJSON{}
 		}
 		return e.output(out, []string{"NAMESPACE", "NAME", "ID", "CREATED", "LAST ACTIVE", "SIZE"}, rows)
 	}
+}
+
+// all calls fn with every page of the namespace's objects.
+func (e *env) all(ctx context.Context, ns string, fn func([]core.ObjectInfo) error) error {
+	for after := ""; ; {
+		page, err := e.rt.Admin().Objects(ctx, ns, core.ObjectListOptions{After: after, Limit: 1000})
+		if err != nil {
+			return err
+		}
+		if err := fn(page); err != nil {
+			return err
+		}
+		if len(page) < 1000 {
+			return nil
+		}
+		after = page[len(page)-1].Name
+	}
+}
+
+func inspectCommand(*flag.FlagSet) func(context.Context, *env) error {
+	return func(ctx context.Context, e *env) error {
+		a, err := e.args(2, 2)
+		if err != nil {
+			return err
+		}
+		if err := e.namespace(a[0]); err != nil {
+			return err
+		}
+		rep, err := e.rt.Admin().Inspect(ctx, a[0], a[1])
+		if err != nil {
+			return e.noObject(err, a[0])
+		}
+		out := reportJSON(rep)
+		if e.json {
+			return e.output(out, nil, nil)
+		}
+		alarm := "-"
+		if out.Alarm != nil {
+			alarm = stampMillis(*out.Alarm)
+		}
+		if err := e.output(nil, []string{"NAMESPACE", "NAME", "ID", "FILE", "SIZE", "CREATED", "RESIDENT", "ALARM"},
+			[][]string{{out.Namespace, out.Name, out.ID, out.File, strconv.FormatInt(out.Size, 10), stampMillis(out.Created), strconv.FormatBool(out.Resident), alarm}}); err != nil {
+			return err
+		}
+		rows := make([][]string, len(out.Tables))
+		for i, t := range out.Tables {
+			rows[i] = []string{t.Name, strconv.FormatInt(t.Rows, 10), strings.Join(t.Columns, ",")}
+		}
+		fmt.Fprintln(e.stdout)
+		if err := e.output(nil, []string{"TABLE", "ROWS", "COLUMNS"}, rows); err != nil {
+			return err
+		}
+		if len(out.Timers) > 0 {
+			fmt.Fprintln(e.stdout)
+			if err := e.output(nil, timerHeader[2:], timerRows(out.Timers, false)); err != nil {
+				return err
+			}
+		}
+		if len(out.DeadLetters) > 0 {
+			fmt.Fprintln(e.stdout)
+			if err := e.output(nil, deadLetterHeader, deadLetterRows(out.DeadLetters)); err != nil {
+				return err
+			}
+		}
+		if len(out.WebSockets) > 0 {
+			fmt.Fprintf(e.stdout, "\n%d WebSockets open\n", len(out.WebSockets))
+		}
+		return nil
+	}
+}
+
+// namespace checks that the catalog has objects in ns; if not, the error names the namespaces it
+// has.
+func (e *env) namespace(ns string) error {
+	nss, err := e.rt.Admin().Namespaces()
+	if err != nil {
+		return err
+	}
+	if slices.Contains(nss, ns) {
+		return nil
+	}
+	if len(nss) == 0 {
+		return fmt.Errorf("no namespace %q: the directory has no objects", ns)
+	}
+	return fmt.Errorf("no namespace %q; the namespaces: %s", ns, strings.Join(nss, ", "))
+}
+
+// noObject adds to an ErrNoObject the command that lists the namespace's objects.
+func (e *env) noObject(err error, ns string) error {
+	if errors.Is(err, core.ErrNoObject) {
+		return fmt.Errorf("%w (durable ls %s lists its objects)", err, ns)
+	}
+	return err
 }
 
 func sqlCommand(fs *flag.FlagSet) func(context.Context, *env) error {
@@ -277,19 +411,19 @@ func sqlCommand(fs *flag.FlagSet) func(context.Context, *env) error {
 		if len(a) < 3 {
 			return usageErr{"sql needs a namespace, an object's name and a query"}
 		}
+		if err := e.namespace(a[0]); err != nil {
+			return err
+		}
 		args := make([]any, len(a)-3)
 		for i, s := range a[3:] {
 			args[i] = s
 		}
 		res, err := e.rt.Admin().Query(ctx, a[0], a[1], *limit, a[2], args...)
 		if err != nil {
-			return err
+			return e.noObject(err, a[0])
 		}
 		if e.json {
-			if res.Rows == nil {
-				res.Rows = [][]any{}
-			}
-			return e.output(res, nil, nil)
+			return e.output(queryJSON(res), nil, nil)
 		}
 		rows := make([][]string, len(res.Rows))
 		for i, r := range res.Rows {
@@ -324,80 +458,89 @@ func cell(v any) string {
 	return fmt.Sprint(v)
 }
 
-func alarmsCommand(fs *flag.FlagSet) func(context.Context, *env) error {
-	ns := fs.String("ns", "", "only this namespace's objects")
+func alarmsCommand(*flag.FlagSet) func(context.Context, *env) error {
 	return func(ctx context.Context, e *env) error {
-		if e.fs.NArg() > 0 {
-			return usageErr{fmt.Sprintf("unexpected arguments %q", e.fs.Args())}
+		a, err := e.args(0, 1)
+		if err != nil {
+			return err
 		}
-		type alarm struct {
-			Namespace string `json:"namespace"`
-			Name      string `json:"name"`
-			core.TimerInfo
-		}
-		nss := []string{*ns}
-		if *ns == "" {
-			var err error
-			if nss, err = e.rt.Admin().Namespaces(); err != nil {
+		nss := a
+		if len(a) == 1 {
+			if err := e.namespace(a[0]); err != nil {
 				return err
 			}
+		} else if nss, err = e.rt.Admin().Namespaces(); err != nil {
+			return err
 		}
-		out := []alarm{}
+		out := []timerJSON{}
 		for _, n := range nss {
-			for after := ""; ; {
-				page, err := e.rt.Admin().Objects(ctx, n, core.ObjectListOptions{After: after, Limit: 1000})
-				if err != nil {
-					return err
-				}
+			err := e.all(ctx, n, func(page []core.ObjectInfo) error {
 				for _, o := range page {
 					rep, err := e.rt.Admin().Inspect(ctx, n, o.Name)
 					if err != nil {
 						return err
 					}
 					for _, t := range rep.Timers {
-						out = append(out, alarm{n, o.Name, t})
+						out = append(out, timerOf(n, o.Name, t))
 					}
 				}
-				if len(page) < 1000 {
-					break
-				}
-				after = page[len(page)-1].Name
+				return nil
+			})
+			if err != nil {
+				return err
 			}
 		}
-		rows := make([][]string, len(out))
-		for i, a := range out {
-			key := a.Key
-			if key == "" {
-				key = "(alarm)"
-			}
-			rows[i] = []string{a.Namespace, a.Name, a.Path, key, a.Kind, stamp(a.At), strconv.Itoa(a.Retries), strconv.FormatBool(a.Running), a.Cron}
-		}
-		return e.output(out, []string{"NAMESPACE", "NAME", "PATH", "KEY", "KIND", "AT", "RETRIES", "RUNNING", "CRON"}, rows)
+		return e.output(out, timerHeader, timerRows(out, true))
 	}
+}
+
+var timerHeader = []string{"NAMESPACE", "NAME", "PATH", "KEY", "KIND", "AT", "RETRIES", "RUNNING", "CRON"}
+
+// timerRows are the timers as a table's rows, with their objects' namespace and name or without.
+func timerRows(ts []timerJSON, object bool) [][]string {
+	rows := make([][]string, len(ts))
+	for i, t := range ts {
+		key := t.Key
+		if key == "" {
+			key = "(alarm)"
+		}
+		rows[i] = []string{t.Path, key, t.Kind, stampMillis(t.At), strconv.Itoa(t.Retries), strconv.FormatBool(t.Running), t.Cron}
+		if object {
+			rows[i] = append([]string{t.Namespace, t.Name}, rows[i]...)
+		}
+	}
+	return rows
 }
 
 func deadLettersCommand(*flag.FlagSet) func(context.Context, *env) error {
 	return func(_ context.Context, e *env) error {
-		if e.fs.NArg() > 0 {
-			return usageErr{fmt.Sprintf("unexpected arguments %q", e.fs.Args())}
+		if _, err := e.args(0, 0); err != nil {
+			return err
 		}
 		dls, err := e.rt.Admin().DeadLetters()
 		if err != nil {
 			return err
 		}
-		rows := make([][]string, len(dls))
+		out := make([]deadLetterJSON, len(dls))
 		for i, d := range dls {
-			key := d.Key
-			if key == "" {
-				key = "(alarm)"
-			}
-			rows[i] = []string{strconv.FormatInt(d.Seq, 10), d.Namespace, d.Name, d.Path, key, stamp(d.Scheduled), strconv.Itoa(d.Attempts), stamp(d.Dropped), cell(d.LastError)}
+			out[i] = deadLetterOf(d)
 		}
-		if dls == nil {
-			dls = []core.DeadLetter{}
-		}
-		return e.output(dls, []string{"SEQ", "NAMESPACE", "NAME", "PATH", "KEY", "SCHEDULED", "ATTEMPTS", "DROPPED", "LAST ERROR"}, rows)
+		return e.output(out, deadLetterHeader, deadLetterRows(out))
 	}
+}
+
+var deadLetterHeader = []string{"SEQ", "NAMESPACE", "NAME", "PATH", "KEY", "SCHEDULED", "ATTEMPTS", "DROPPED", "LAST ERROR"}
+
+func deadLetterRows(dls []deadLetterJSON) [][]string {
+	rows := make([][]string, len(dls))
+	for i, d := range dls {
+		key := d.Key
+		if key == "" {
+			key = "(alarm)"
+		}
+		rows[i] = []string{strconv.FormatInt(d.Seq, 10), d.Namespace, d.Name, d.Path, key, stampMillis(d.Scheduled), strconv.Itoa(d.Attempts), stampMillis(d.Dropped), cell(d.LastError)}
+	}
+	return rows
 }
 
 func rearmCommand(fs *flag.FlagSet) func(context.Context, *env) error {
@@ -435,7 +578,7 @@ func rearmCommand(fs *flag.FlagSet) func(context.Context, *env) error {
 			}
 		}
 		if e.json {
-			return e.output(map[string]any{"rearmed": seqs, "at": when}, nil, nil)
+			return e.output(map[string]any{"rearmed": seqs, "at": millis(when)}, nil, nil)
 		}
 		return nil
 	}
@@ -443,8 +586,8 @@ func rearmCommand(fs *flag.FlagSet) func(context.Context, *env) error {
 
 func checkCommand(*flag.FlagSet) func(context.Context, *env) error {
 	return func(ctx context.Context, e *env) error {
-		if e.fs.NArg() > 0 {
-			return usageErr{fmt.Sprintf("unexpected arguments %q", e.fs.Args())}
+		if _, err := e.args(0, 0); err != nil {
+			return err
 		}
 		problems, err := e.rt.Admin().Check(ctx)
 		if err != nil {
@@ -455,13 +598,12 @@ func checkCommand(*flag.FlagSet) func(context.Context, *env) error {
 			return nil
 		}
 		rows := make([][]string, len(problems))
+		out := make([]problemJSON, len(problems))
 		for i, p := range problems {
 			rows[i] = []string{p.Namespace, p.Name, p.File, p.Problem}
+			out[i] = problemJSON(p)
 		}
-		if problems == nil {
-			problems = []core.Problem{}
-		}
-		if err := e.output(problems, []string{"NAMESPACE", "NAME", "FILE", "PROBLEM"}, rows); err != nil {
+		if err := e.output(out, []string{"NAMESPACE", "NAME", "FILE", "PROBLEM"}, rows); err != nil {
 			return err
 		}
 		if len(problems) > 0 {

@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -89,11 +91,19 @@ func seed(t *testing.T) string {
 	return dir
 }
 
-// durable runs the command and returns its stdout, stderr and exit status.
+// durable runs the command and returns its stdout, stderr and exit status. The user's cache, where
+// the workshop's default data directory is, is an empty directory of the test's.
 func durable(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	return durableCache(t, t.TempDir(), args...)
+}
+
+// durableCache is durable with the user's cache at cache.
+func durableCache(t *testing.T, cache string, args ...string) (string, string, int) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
 	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), "XDG_CACHE_HOME="+cache, "HOME="+cache)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
 	code := 0
@@ -116,7 +126,7 @@ func fields(out string) [][]string {
 }
 
 // S-O9: ls lists the catalog: every namespace's objects, or one namespace's a
-// page at a time, as a table or as JSON.
+// page at a time (the namespace is the argument), as a table or as JSON.
 func TestLs(t *testing.T) {
 	dir := seed(t)
 	out, errOut, code := durable(t, "ls", "-dir", dir)
@@ -126,21 +136,136 @@ func TestLs(t *testing.T) {
 	var got []string
 	for _, r := range rows[1:] {
 		got = append(got, r[0]+"/"+r[1])
+		size, err := strconv.ParseInt(r[len(r)-1], 10, 64)
+		require.NoError(t, err)
+		require.Positive(t, size, r)
 	}
 	require.Equal(t, []string{"failers/f", "notes/n0", "notes/n1", "notes/n2"}, got)
 
-	out, errOut, code = durable(t, "ls", "-dir", dir, "-json", "-ns", "notes", "-after", "n0", "-limit", "1")
+	out, errOut, code = durable(t, "ls", "-dir", dir, "-json", "-after", "n0", "-limit", "1", "notes")
 	require.Equal(t, 0, code, errOut)
-	var objs []struct {
-		Namespace string `json:"namespace"`
-		Name      string
-		ID        string
-	}
+	var objs []map[string]any
 	require.NoError(t, json.Unmarshal([]byte(out), &objs))
 	require.Len(t, objs, 1)
-	require.Equal(t, "notes", objs[0].Namespace)
-	require.Equal(t, "n1", objs[0].Name)
-	require.NotEmpty(t, objs[0].ID)
+	require.Equal(t, "notes", objs[0]["namespace"])
+	require.Equal(t, "n1", objs[0]["name"])
+	require.NotEmpty(t, objs[0]["id"])
+
+	out, errOut, code = durable(t, "ls", "-dir", dir, "notes")
+	require.Equal(t, 0, code, errOut)
+	require.Len(t, fields(out), 4, out)
+}
+
+// Without -dir a command works on the workshop's data directory, in the
+// user's cache, and says which; when there is none it says how to get one.
+func TestDefaultDir(t *testing.T) {
+	cache := t.TempDir()
+	_, errOut, code := durableCache(t, cache, "ls")
+	require.Equal(t, 4, code, errOut)
+	want := filepath.Join(cache, "durable-cookbook")
+	require.Contains(t, errOut, want+" is not a directory")
+	require.Contains(t, errOut, "go run ./cmd/cookbook")
+
+	require.NoError(t, os.Rename(seed(t), want))
+	out, errOut, code := durableCache(t, cache, "ls", "notes")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, errOut, "data directory "+want)
+	require.Len(t, fields(out), 4, out)
+}
+
+// The namespace is an argument in every command that takes one; a flag
+// after the arguments is a usage error that says flags come first.
+func TestArguments(t *testing.T) {
+	dir := seed(t)
+	for _, args := range [][]string{{"ls", "-dir", dir, "notes", "-json"}, {"alarms", "-dir", dir, "notes", "-json"}, {"inspect", "-dir", dir, "notes", "n0", "-json"}} {
+		_, errOut, code := durable(t, args...)
+		require.Equal(t, 2, code, args)
+		require.Contains(t, errOut, "flag -json after the arguments: flags come first", args)
+	}
+	_, errOut, code := durable(t, "ls", "-dir", dir, "notes", "failers")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, `unexpected arguments ["failers"]`)
+}
+
+// An unknown namespace is named with the namespaces there are; an unknown
+// object with the command that lists its namespace's objects.
+func TestUnknownNamespace(t *testing.T) {
+	dir := seed(t)
+	for _, args := range [][]string{{"ls", "lab"}, {"alarms", "lab"}, {"inspect", "lab", "n0"}, {"sql", "lab", "n0", "SELECT 1"}} {
+		_, errOut, code := durable(t, append([]string{args[0], "-dir", dir}, args[1:]...)...)
+		require.Equal(t, 4, code, args)
+		require.Contains(t, errOut, `no namespace "lab"; the namespaces: failers, notes`, args)
+	}
+	for _, args := range [][]string{{"inspect", "notes", "nobody"}, {"sql", "notes", "nobody", "SELECT 1"}} {
+		_, errOut, code := durable(t, append([]string{args[0], "-dir", dir}, args[1:]...)...)
+		require.Equal(t, 4, code, args)
+		require.Contains(t, errOut, "no such object (durable ls notes lists its objects)", args)
+	}
+}
+
+// inspect reports one object as /inspect/object does: its tables, alarm
+// and timers, as a table or as JSON.
+func TestInspect(t *testing.T) {
+	dir := seed(t)
+	out, errOut, code := durable(t, "inspect", "-dir", dir, "notes", "n0")
+	require.Equal(t, 0, code, errOut)
+	rows := fields(out)
+	require.Equal(t, []string{"NAMESPACE", "NAME", "ID", "FILE", "SIZE", "CREATED", "RESIDENT", "ALARM"}, rows[0])
+	require.Equal(t, []string{"notes", "n0"}, rows[1][:2])
+	require.Equal(t, alarmAt.Format(time.RFC3339Nano), rows[1][7])
+	require.Contains(t, out, "lines")
+	require.Contains(t, out, "(alarm)")
+
+	out, errOut, code = durable(t, "inspect", "-dir", dir, "-json", "notes", "n0")
+	require.Equal(t, 0, code, errOut)
+	var rep struct {
+		Namespace string `json:"namespace"`
+		Size      int64  `json:"size"`
+		Alarm     int64  `json:"alarm"`
+		Tables    []struct {
+			Name string `json:"name"`
+			Rows int64  `json:"rows"`
+		} `json:"tables"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &rep))
+	require.Equal(t, "notes", rep.Namespace)
+	require.Positive(t, rep.Size)
+	require.Equal(t, alarmAt.UnixMilli(), rep.Alarm)
+	require.Contains(t, rep.Tables, struct {
+		Name string `json:"name"`
+		Rows int64  `json:"rows"`
+	}{"lines", 1})
+}
+
+// -json speaks as the workshop's HTTP inspector does: the same keys
+// (/inspect/objects, /inspect/object, /inspect/sql, /deadletters), times in
+// ms since the epoch.
+func TestJSON_SpellsAsHTTP(t *testing.T) {
+	dir := seed(t)
+	keys := func(args ...string) []string {
+		t.Helper()
+		out, errOut, code := durable(t, append([]string{args[0], "-dir", dir, "-json"}, args[1:]...)...)
+		require.Equal(t, 0, code, errOut)
+		var v any
+		require.NoError(t, json.Unmarshal([]byte(out), &v))
+		if a, ok := v.([]any); ok {
+			require.NotEmpty(t, a, args)
+			v = a[0]
+		}
+		return slices.Sorted(maps.Keys(v.(map[string]any)))
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"ls"}, "created id lastActive name namespace size"},
+		{[]string{"alarms"}, "at cron key kind name namespace path retries running scheduled"},
+		{[]string{"deadletters"}, "attempts dropped lastError name namespace scheduled seq"},
+		{[]string{"inspect", "notes", "n0"}, "alarm created deadLetters file id name namespace resident size tables timers webSockets"},
+		{[]string{"sql", "notes", "n0", "SELECT 1"}, "columns rows truncated"},
+	} {
+		require.Equal(t, c.want, strings.Join(keys(c.args...), " "), c.args)
+	}
 }
 
 // S-O8, S-O9: sql runs a read-only query, with arguments, the runtime's
@@ -153,11 +278,13 @@ func TestSQL(t *testing.T) {
 
 	out, errOut, code = durable(t, "sql", "-dir", dir, "-json", "notes", "n1", "SELECT key, value FROM _durable_kv")
 	require.Equal(t, 0, code, errOut)
-	var res core.QueryResult
+	var res struct {
+		Columns []string `json:"columns"`
+		Rows    [][]any  `json:"rows"`
+	}
 	require.NoError(t, json.Unmarshal([]byte(out), &res))
 	require.Equal(t, []string{"key", "value"}, res.Columns)
-	require.Len(t, res.Rows, 1)
-	require.Equal(t, "k", res.Rows[0][0])
+	require.Equal(t, [][]any{{"k", "v"}}, res.Rows)
 
 	for _, q := range []string{"DELETE FROM lines", "DROP TABLE lines", "UPDATE _durable_kv SET value = x'00'", "PRAGMA user_version = 3"} {
 		_, errOut, code = durable(t, "sql", "-dir", dir, "notes", "n1", q)
@@ -189,7 +316,11 @@ func TestAlarmsDeadLettersRearm(t *testing.T) {
 
 	out, errOut, code = durable(t, "deadletters", "-dir", dir, "-json")
 	require.Equal(t, 0, code, errOut)
-	var dls []core.DeadLetter
+	var dls []struct {
+		Seq       int64  `json:"seq"`
+		Namespace string `json:"namespace"`
+		LastError string `json:"lastError"`
+	}
 	require.NoError(t, json.Unmarshal([]byte(out), &dls))
 	require.Len(t, dls, 1)
 	require.Equal(t, "failers", dls[0].Namespace)
@@ -207,7 +338,7 @@ func TestAlarmsDeadLettersRearm(t *testing.T) {
 	require.Contains(t, out, "re-armed "+seq)
 	out, _, _ = durable(t, "deadletters", "-dir", dir, "-json")
 	require.JSONEq(t, "[]", out)
-	out, _, _ = durable(t, "alarms", "-dir", dir, "-ns", "failers")
+	out, _, _ = durable(t, "alarms", "-dir", dir, "failers")
 	require.Equal(t, []string{"failers", "f", "(alarm)", at.Format(time.RFC3339Nano), "0", "false"}, fields(out)[1])
 	_, errOut, code = durable(t, "rearm", "-dir", dir, seq)
 	require.Equal(t, 4, code)
@@ -222,8 +353,10 @@ func TestCheck(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "ok")
 
-	out, _, _ = durable(t, "ls", "-dir", dir, "-json", "-ns", "notes")
-	var objs []core.ObjectInfo
+	out, _, _ = durable(t, "ls", "-dir", dir, "-json", "notes")
+	var objs []struct {
+		ID string `json:"id"`
+	}
 	require.NoError(t, json.Unmarshal([]byte(out), &objs))
 	file := filepath.Join(dir, "notes", objs[2].ID+".sqlite")
 	for _, suffix := range []string{"", "-wal", "-shm"} {
@@ -251,7 +384,7 @@ func TestBackup(t *testing.T) {
 	names := func(s string) []string {
 		var objs []struct {
 			Namespace string `json:"namespace"`
-			Name      string
+			Name      string `json:"name"`
 		}
 		require.NoError(t, json.Unmarshal([]byte(s), &objs))
 		var out []string
@@ -295,9 +428,10 @@ func TestUsage(t *testing.T) {
 		{nil, 2, "", "usage: durable <command>"},
 		{[]string{"frobnicate"}, 2, "", `unknown command "frobnicate"`},
 		{[]string{"help"}, 0, "exit status: 0 done, 1 check found problems", ""},
-		{[]string{"help", "sql"}, 0, "usage: durable sql -dir DIR", ""},
-		{[]string{"check", "-h"}, 0, "usage: durable check -dir DIR", ""},
-		{[]string{"ls"}, 2, "", "-dir is required"},
+		{[]string{"help", "sql"}, 0, "usage: durable sql [-dir DIR]", ""},
+		{[]string{"check", "-h"}, 0, "usage: durable check [-dir DIR]", ""},
+		{[]string{"help", "inspect"}, 0, "usage: durable inspect [-dir DIR] [-json] NAMESPACE NAME", ""},
+		{[]string{"inspect", "-dir", dir, "notes"}, 2, "", "inspect needs 2 arguments, got 1"},
 		{[]string{"ls", "-dir", dir, "-bogus"}, 2, "", "flag provided but not defined: -bogus"},
 		{[]string{"sql", "-dir", dir, "notes"}, 2, "", "sql needs a namespace"},
 		{[]string{"ls", "-dir", filepath.Join(dir, "nope")}, 4, "", "is not a directory"},

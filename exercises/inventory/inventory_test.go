@@ -5,6 +5,7 @@ package inventory_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -110,25 +111,37 @@ func TestReserve_FiftyCallersAreExact(t *testing.T) {
 	_, stub := item(t, core.Options{}, 0, 0)
 	for round := range 5 {
 		restock(t, stub, 50)
-		var mu sync.Mutex // protects yes
+		var mu sync.Mutex // protects yes, errs
 		yes := 0
+		var errs []error
 		var wg sync.WaitGroup
 		for range 60 { // ten more callers than units
 			wg.Go(func() {
 				ok, err := reserve(t.Context(), stub, 1)
-				if err != nil {
-					t.Errorf("Reserve: %v", err)
-				}
 				mu.Lock()
 				defer mu.Unlock()
+				if err != nil {
+					errs = append(errs, err)
+				}
 				if ok {
 					yes++
 				}
 			})
 		}
 		wg.Wait()
-		if got := stock(t, stub); yes != 50 || got != 0 {
-			t.Fatalf("round %d: %d of 60 reserves succeeded, stock %d; want 50 and 0", round, yes, got)
+		if len(errs) > 0 {
+			t.Fatalf("round %d: %d of 60 reserves failed; the first: %v", round, len(errs), errs[0])
+		}
+		got := stock(t, stub)
+		switch {
+		case yes+got > 50:
+			t.Fatalf("round %d: %d of 60 reserves succeeded, stock %d; want 50 and 0: a lost update (%d given + %d left = %d units from 50); "+
+				"is there an await between the read of the stock and its write? Only storage calls keep the input gate shut (SEMANTICS C1-C2)", round, yes, got, yes, got, yes+got)
+		case yes+got < 50:
+			t.Fatalf("round %d: %d of 60 reserves succeeded, stock %d; want 50 and 0: %d units gone from the stock that no reserve got; "+
+				"does a reserve that returns false, or fails, still write?", round, yes, got, 50-yes-got)
+		case yes != 50:
+			t.Fatalf("round %d: %d of 60 reserves succeeded, stock %d; want 50 and 0: reserves said no while the stock had units", round, yes, got)
 		}
 	}
 }
@@ -163,29 +176,38 @@ func TestReserveVersioned_LosesNoUpdate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		_, stub := item(t, core.Options{}, time.Millisecond, 30)
 		restock(t, stub, 10)
-		var mu sync.Mutex // protects yes, no
+		var mu sync.Mutex // protects yes, no, errs
 		yes, no := 0, 0
+		var errs []error
 		var wg sync.WaitGroup
 		for range 20 {
 			wg.Go(func() {
 				ok, err := core.Call(t.Context(), stub, func(ctx context.Context, inv *Inventory) (bool, error) {
 					return inv.ReserveVersioned(ctx, 1)
 				})
-				if err != nil {
-					t.Errorf("ReserveVersioned: %v", err)
-				}
 				mu.Lock()
 				defer mu.Unlock()
-				if ok {
+				switch {
+				case err != nil:
+					errs = append(errs, err)
+				case ok:
 					yes++
-				} else {
+				default:
 					no++
 				}
 			})
 		}
 		wg.Wait()
+		if len(errs) > 0 {
+			t.Fatalf("%d of 20 calls of ReserveVersioned failed; the first: %v", len(errs), errs[0])
+		}
 		if got := stock(t, stub); yes != 10 || no != 10 || got != 0 {
-			t.Errorf("20 callers for 10 units: %d yes, %d no, stock %d; want 10, 10, 0", yes, no, got)
+			hint := ""
+			if yes+got > 10 {
+				hint = fmt.Sprintf(": a lost update (%d given + %d left = %d units from 10); does the write happen only if the version is still the one read "+
+					"(UPDATE ... WHERE version = ?, then RowsAffected), and does every write bump it? (SEMANTICS C3)", yes, got, yes+got)
+			}
+			t.Errorf("20 callers for 10 units: %d yes, %d no, stock %d; want 10, 10, 0%s", yes, no, got, hint)
 		}
 	})
 }
