@@ -47,14 +47,12 @@ var facetRunBase = time.Unix(1_000_000_000, 0)
 type chainRoot struct{ st *core.State }
 
 type chainFacet struct {
-	st    *core.State
-	ran   func(facet string, k int) // told after each run's writes
-	start <-chan struct{}           // closed once every chain is started
-	last  int                       // the chain's length
+	st   *core.State
+	ran  func(facet string, k int) // told after each run's writes
+	last int                       // the chain's length
 }
 
 func (f *chainFacet) Alarm(ctx context.Context, info core.AlarmInfo) error {
-	<-f.start
 	k := int(info.Scheduled.Sub(facetRunBase) / time.Millisecond)
 	if _, err := f.st.Storage().Exec(ctx, "INSERT INTO runs(k) VALUES (?)", k); err != nil {
 		return err
@@ -73,14 +71,14 @@ type chainNS struct {
 	facets *core.FacetKind[*chainFacet]
 }
 
-func registerChains(t *testing.T, rt *core.Runtime, start <-chan struct{}, ran func(facet string, k int)) *chainNS {
+func registerChains(t *testing.T, rt *core.Runtime, ran func(facet string, k int)) *chainNS {
 	var n chainNS
 	var err error
 	n.roots, err = core.Register(rt, "roots", func(_ context.Context, st *core.State) (*chainRoot, error) { return &chainRoot{st: st}, nil })
 	require.NoError(t, err)
 	n.facets, err = core.RegisterFacet(rt, n.roots, "f", func(ctx context.Context, st *core.State) (*chainFacet, error) {
 		_, err := st.Storage().Exec(ctx, "CREATE TABLE IF NOT EXISTS runs(k INTEGER NOT NULL)")
-		return &chainFacet{st: st, ran: ran, start: start, last: facetCrashRuns}, err
+		return &chainFacet{st: st, ran: ran, last: facetCrashRuns}, err
 	})
 	require.NoError(t, err)
 	return &n
@@ -97,18 +95,22 @@ func (n *chainNS) facet(ctx context.Context, i int) (*core.Stub[*chainFacet], er
 }
 
 // TestFacetAlarm_SIGKILLChild is the child: on a new directory it starts
-// every chain; on an old one the runtime goes on with the chains due.
+// every chain, with its clock before the first run is due, and exits; on
+// an old one the runtime goes on with the chains due.
 func TestFacetAlarm_SIGKILLChild(t *testing.T) {
 	if !isChild(t) {
 		return // runs only as the child of TestFacetAlarm_ExactUnderSIGKILL
 	}
 	dir := os.Getenv(facetCrashDirEnv)
-	_, err := os.Stat(dir + "/started")
+	_, err := os.Stat(filepath.Join(dir, "started"))
 	fresh := os.IsNotExist(err)
-	rt, err := core.Open(core.Options{Dir: dir, Synchronous: "NORMAL"})
+	opts := core.Options{Dir: dir, Synchronous: "NORMAL"}
+	if fresh {
+		opts.Now = func() time.Time { return facetRunBase.Add(-time.Hour) }
+	}
+	rt, err := core.Open(opts)
 	require.NoError(t, err)
-	start := make(chan struct{})
-	n := registerChains(t, rt, start, func(string, int) { fmt.Println(facetRanLine) })
+	n := registerChains(t, rt, func(string, int) { fmt.Println(facetRanLine) })
 	if fresh {
 		for i := range facetCrashRoots {
 			f, err := n.facet(context.Background(), i)
@@ -117,9 +119,11 @@ func TestFacetAlarm_SIGKILLChild(t *testing.T) {
 				return o.st.SetAlarm(ctx, facetRunBase)
 			}))
 		}
-		require.NoError(t, os.WriteFile(dir+"/started", nil, 0o644))
+		require.NoError(t, rt.Close())
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "started"), nil, 0o644))
+		fmt.Println(readyLine)
+		return
 	}
-	close(start)
 	fmt.Println(readyLine)
 	time.Sleep(time.Minute) // killed long before
 }
@@ -139,7 +143,8 @@ func TestFacetAlarm_ExactUnderSIGKILL(t *testing.T) {
 	var lost, twice, runs, killed int
 	for round := range rounds {
 		dir := t.TempDir()
-		seen := 0 // runs the children reported
+		killFacetChild(t, dir, 0, 0) // starts the chains
+		seen := 0                    // runs the children reported
 		for range kills {
 			// Kill after a random number of runs still to come.
 			left := facetCrashRoots*facetCrashRuns - seen
@@ -161,7 +166,8 @@ func TestFacetAlarm_ExactUnderSIGKILL(t *testing.T) {
 }
 
 // killFacetChild starts the child on dir and SIGKILLs it once it has
-// reported at runs, and delay more; it returns the runs it reported.
+// reported at runs, and delay more (at 0: lets it exit); it returns the
+// runs it reported.
 func killFacetChild(t *testing.T, dir string, at int, delay time.Duration) int {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestFacetAlarm_SIGKILLChild$", "-test.count=1", "-test.timeout=2m")
@@ -214,9 +220,7 @@ func finishChains(t *testing.T, dir string) (lost, twice, runs int) {
 	require.NoError(t, err)
 	defer rt.Close()
 	ended := make(chan string, facetCrashRoots*facetCrashRuns) // facets whose chain ran its last run here
-	started := make(chan struct{})
-	close(started)
-	n := registerChains(t, rt, started, func(facet string, k int) {
+	n := registerChains(t, rt, func(facet string, k int) {
 		if k == facetCrashRuns-1 {
 			ended <- facet
 		}
