@@ -203,10 +203,12 @@ func (o *object) runDue(t *turn) error {
 func (o *object) deliver(t *turn, run *alarmRun, row timerRow) error {
 	policy := o.rt.opts.AlarmRetry
 	run.isAlarm, run.setDuring = row.owner == "" && row.key == "", nil
-	row.running = false
+	token := row.token // a facet's run left marked by a crash: deliver the same run
+	row.running, row.token = false, 0
 	now := o.rt.now()
 	o.alarmFired(now.Sub(time.Unix(0, row.at)))
 	info := AlarmInfo{RetryCount: row.retry, IsRetry: row.retry > 0, MaxRetries: policy.MaxRetries, Scheduled: time.Unix(0, row.first)}
+	var fr *facetRun
 	herr := o.invoke(t, func(ctx context.Context, inst any) error {
 		if row.cron != "" && row.retry == 0 && row.missed == MissedSkip {
 			if late, err := nextTick(row.cron, time.Unix(0, row.at)); err == nil && !late.After(now) {
@@ -214,15 +216,20 @@ func (o *object) deliver(t *turn, run *alarmRun, row timerRow) error {
 			}
 		}
 		// The row stays, marked running, until the run's last segment commits; meanwhile it is not
-		// pending (A13).
+		// pending (A13). A facet's run is marked with its token (facet.go).
 		r := row
 		r.running = true
+		if row.owner != "" {
+			r.token = cmp.Or(token, newRunToken())
+		}
 		if err := t.putTimer(r); err != nil {
 			return err
 		}
 		var err error
 		if row.owner != "" {
-			err = o.deliverFacet(t, row, now, info)
+			if fr, err = o.deliverFacet(t, row, r.token, token != 0, now, info); err == nil {
+				err = t.endRun(fr)
+			}
 		} else {
 			err = o.timed(ctx, now, func(ctx context.Context) error { return callHandler(ctx, o.ns, inst, row, info) })
 		}
@@ -241,6 +248,9 @@ func (o *object) deliver(t *turn, run *alarmRun, row timerRow) error {
 		if run.isAlarm && run.setDuring != nil { // the handler's new alarm stands (A14)
 			return t.putTimer(timerRow{at: *run.setDuring, first: *run.setDuring})
 		}
+		if fr != nil && fr.set && fr.next != nil && row.key == "" { // a facet's handler's, too
+			return t.putTimer(*fr.next)
+		}
 		// A timer set while the run was inside Await (by the handler, by another turn, or by a
 		// facet through its root) stands too, and so does a deletion: only the timer that ran is
 		// retried (A14).
@@ -256,6 +266,16 @@ func (o *object) deliver(t *turn, run *alarmRun, row timerRow) error {
 		}
 		return o.dropTimer(t, row, herr, now, cur.running)
 	})
+}
+
+// newRunToken returns a token for a facet's timer run: random, and neither 0 (not running) nor 1
+// (running, without a token).
+func newRunToken() int64 {
+	for {
+		if v := rand.Int64(); v > 1 {
+			return v
+		}
+	}
 }
 
 // timed runs fn with a timer run's wall-time limit (A10): a run that overstays fails.

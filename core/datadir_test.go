@@ -294,3 +294,39 @@ func TestDataDir_CatalogAfterKill(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, page, 5)
 }
+
+// S-O3: an object whose committed rows live only in its WAL (closing does
+// not checkpoint a small log) and whose WAL header is damaged is refused
+// with ErrDamaged, not served as an empty object: SQLite would ignore the
+// log. An undamaged WAL opens with its rows.
+func TestDataDir_DamagedWALHeaderRefused(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	rt, ns := openNoteDir(t, dir)
+	for _, name := range []string{"good", "bad"} {
+		require.NoError(t, putNote(ctx, ns, name, "k", "value of "+name))
+	}
+	require.NoError(t, rt.Close())
+	file := func(name string) string { s, _ := ns.Get(name); return objectFile(dir, "notes", name, s) }
+	for _, name := range []string{"good", "bad"} {
+		fi, err := os.Stat(file(name) + "-wal")
+		require.NoError(t, err, "the rows are in the WAL")
+		require.Greater(t, fi.Size(), int64(32), "the WAL holds frames")
+	}
+	f, err := os.OpenFile(file("bad")+"-wal", os.O_WRONLY, 0)
+	require.NoError(t, err)
+	_, err = f.WriteAt([]byte("garbage in the WAL header"), 0)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+
+	_, ns = openNoteDir(t, dir)
+	_, _, err = getNote(ctx, ns, "bad", "k")
+	require.ErrorIs(t, err, core.ErrDamaged, "a damaged WAL header is not served as an empty object")
+	var de *core.DamagedError
+	require.ErrorAs(t, err, &de)
+	require.Contains(t, de.Reason, "WAL")
+	v, ok, err := getNote(ctx, ns, "good", "k")
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, "value of good", v)
+}

@@ -2,6 +2,8 @@ package core
 
 import (
 	"context"
+	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -28,8 +30,9 @@ import (
 // with the root's gate open; each row has its own retry state, so a failing facet never delays or
 // re-runs a sibling's alarm or the root's own (F5). A facet's SetAlarm is a turn of the root,
 // committed at once: it works or fails at once with a clear error, and never breaks unrelated calls
-// later (F2). So a later failure of the facet's turn does not roll it back: a facet's alarm handler
-// must tolerate an early or duplicate run (F4).
+// later (F2). So a later failure of the facet's turn does not roll it back, except inside the
+// facet's own alarm run: there its changes to the timer being run are decided with the run, and the
+// run's writes and the end of its timer are decided in one commit, exactly once as a root's (F6).
 type FacetKind[T any] struct {
 	ns *namespace
 }
@@ -136,25 +139,163 @@ func (o *object) facetObject(owner string) (*object, error) {
 }
 
 // deliverFacet runs a due facet timer's handler as a turn of the facet, with the root's gate open
-// (the root's row, marked running, is committed first: after a crash the timer runs again).
-func (o *object) deliverFacet(t *turn, row timerRow, now time.Time, info AlarmInfo) error {
+// (the root's row, marked running with the run's token, is committed first). It returns what the run
+// decided for its own timer, for the root to record with the end of the timer.
+//
+// A facet's timers live in its root's table, so a facet's alarm run writes in two databases: its
+// writes in the facet's, the end of its timer in the root's. What makes the run exact (SEMANTICS F6)
+// is a record of the run in the facet's own database, committed with the run's writes
+// (_durable_runs: per timer key, the token of the last run that committed, and what that run did to
+// its own timer, held back until the run ends). A crash before the root records the end leaves the
+// timer marked with the same token; the next delivery finds it in the record and ends the timer as
+// the run decided, without running it again. resumed says the token is such a run's.
+func (o *object) deliverFacet(t *turn, row timerRow, token int64, resumed bool, now time.Time, info AlarmInfo) (*facetRun, error) {
 	fo, err := o.facetObject(row.owner)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return o.await(t, func(ctx context.Context) error {
-		return o.timed(ctx, now, func(ctx context.Context) error {
-			for {
-				err := fo.run(ctx, func(ctx context.Context, inst any) error { return callHandler(ctx, fo.ns, inst, row, info) })
-				if err != errEvicted {
+	fr := &facetRun{owner: row.owner, key: row.key, token: token}
+	err = o.await(t, func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(context.WithValue(ctx, facetRunKey{}, fr), o.rt.opts.AlarmTimeout)
+		defer cancel()
+		for {
+			err := fo.run(ctx, func(ctx context.Context, inst any) error {
+				ft := ctx.(*turn)
+				fr.t, fr.set, fr.next = ft, false, nil
+				if resumed {
+					if done, err := ft.ranBefore(fr); done || err != nil {
+						return err
+					}
+				}
+				if err := callHandler(ctx, fo.ns, inst, row, info); err != nil {
 					return err
 				}
-				if fo, err = o.facetObject(row.owner); err != nil {
-					return err
+				if ctx.Err() != nil { // it overstayed (A10): the run fails, its last segment goes
+					return fmt.Errorf("core: timer run took %v, over the limit of %v", o.rt.now().Sub(now).Round(time.Millisecond), o.rt.opts.AlarmTimeout)
 				}
+				return ft.recordRun(fr)
+			})
+			if err != errEvicted {
+				return err
 			}
-		})
+			if fo, err = o.facetObject(row.owner); err != nil {
+				return err
+			}
+		}
 	})
+	return fr, err
+}
+
+// facetRunsSchema is the record of a facet's timer runs, in the facet's own database.
+const facetRunsSchema = `CREATE TABLE IF NOT EXISTS main._durable_runs(key TEXT PRIMARY KEY, token INTEGER NOT NULL, next BLOB) WITHOUT ROWID`
+
+// facetRun is a run of a facet's timer. Changes the run makes to its own timer are held here and
+// recorded with it, not written to the root at once: the root writes them with the end of the
+// timer, in one commit.
+type facetRun struct {
+	t          *turn // the facet's turn that runs the timer
+	owner, key string
+	token      int64
+	set        bool      // the run set or deleted its own timer
+	next       *timerRow // what it set; nil: deleted
+}
+
+type facetRunKey struct{}
+
+// facetRun returns the run of timer (owner, key) if t acts for that run's turn.
+func (t *turn) facetRun(owner, key string) *facetRun {
+	if fr := t.facetRunOf(owner); fr != nil && fr.key == key {
+		return fr
+	}
+	return nil
+}
+
+// facetRunOf returns the run of a timer of owner if t acts for that run's turn.
+func (t *turn) facetRunOf(owner string) *facetRun {
+	if owner == "" {
+		return nil
+	}
+	fr, _ := t.Value(facetRunKey{}).(*facetRun)
+	if fr == nil || fr.owner != owner || fr.t == nil || callerOf(t.Context) != fr.t {
+		return nil
+	}
+	return fr
+}
+
+// runNext is how a run's change to its own timer is recorded.
+type runNext struct {
+	Deleted bool   `json:"deleted,omitempty"`
+	At      int64  `json:"at"`
+	First   int64  `json:"first"`
+	Kind    string `json:"kind,omitempty"`
+	Payload []byte `json:"payload,omitempty"`
+	Cron    string `json:"cron,omitempty"`
+	Missed  Missed `json:"missed,omitempty"`
+}
+
+// recordRun records, in the facet's turn, that fr's run committed, with what it did to its timer.
+func (t *turn) recordRun(fr *facetRun) error {
+	var next []byte
+	if fr.set {
+		n := runNext{Deleted: true}
+		if r := fr.next; r != nil {
+			n = runNext{At: r.at, First: r.first, Kind: r.kind, Payload: r.payload, Cron: r.cron, Missed: r.missed}
+		}
+		var err error
+		if next, err = json.Marshal(n); err != nil {
+			return err
+		}
+	}
+	st, err := t.write()
+	if err == nil {
+		err = st.ExecOwn(facetRunsSchema)
+	}
+	if err == nil {
+		err = st.ExecOwn("INSERT OR REPLACE INTO main._durable_runs(key, token, next) VALUES (?, ?, ?)", fr.key, fr.token, next)
+	}
+	return err
+}
+
+// ranBefore reports whether fr's run committed before (a crash came before its root recorded the
+// end), and if so loads what it did to its timer into fr.
+func (t *turn) ranBefore(fr *facetRun) (bool, error) {
+	st, err := t.db()
+	if err != nil {
+		return false, err
+	}
+	var n int
+	if err := st.QueryOwn("SELECT count(*) FROM main.sqlite_schema WHERE type = 'table' AND name = '_durable_runs'", nil,
+		func(rows *sql.Rows) error { return rows.Scan(&n) }); err != nil || n == 0 {
+		return false, err
+	}
+	var found bool
+	var next []byte
+	err = st.QueryOwn("SELECT next FROM main._durable_runs WHERE key = ? AND token = ?", []any{fr.key, fr.token},
+		func(rows *sql.Rows) error { found = true; return rows.Scan(&next) })
+	if err != nil || !found || next == nil {
+		return found, err
+	}
+	var rn runNext
+	if err := json.Unmarshal(next, &rn); err != nil {
+		return false, fmt.Errorf("core: record of facet %s's run of timer %q: %w", fr.owner, fr.key, err)
+	}
+	fr.set = true
+	if !rn.Deleted {
+		fr.next = &timerRow{owner: fr.owner, key: fr.key, at: rn.At, first: rn.First, kind: rn.Kind, payload: rn.Payload, cron: rn.Cron, missed: rn.Missed}
+	}
+	return true, nil
+}
+
+// endRun records, in the root's segment t, what a facet's run decided for its own timer.
+func (t *turn) endRun(fr *facetRun) error {
+	switch {
+	case !fr.set:
+		return nil
+	case fr.next != nil:
+		return t.putTimer(*fr.next)
+	}
+	_, err := t.delTimers(fr.owner, fr.key, false)
+	return err
 }
 
 // deleteFacets is the facets' part of o's DeleteAll: the facets below o leave memory now (it fails

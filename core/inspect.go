@@ -346,7 +346,7 @@ func (rt *Runtime) report(ctx context.Context, e runindex.Object, r *sqlstore.Re
 	if hasTimers {
 		err := r.Query(ctx, "SELECT "+timerCols+" FROM main._durable_timers ORDER BY at, owner, key", nil, func(rows *sql.Rows) error {
 			var t timerRow
-			if err := rows.Scan(&t.owner, &t.key, &t.at, &t.retry, &t.first, &t.kind, &t.payload, &t.cron, &t.missed, &t.running); err != nil {
+			if err := t.scan(rows); err != nil {
 				return err
 			}
 			rep.Timers = append(rep.Timers, TimerInfo{Path: t.owner, Key: t.key, Kind: t.kind, At: time.Unix(0, t.at),

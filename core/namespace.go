@@ -312,7 +312,9 @@ func (s *Stub[T]) TriggerAlarm(ctx context.Context) (bool, error) {
 					return err
 				}
 				had = true
-				r.at, r.running = min(r.at, rt.now().UnixNano()), false
+				// A facet's run marked with its token stays marked: if it committed before a crash,
+				// it is not run again (facet.go).
+				r.at, r.running = min(r.at, rt.now().UnixNano()), r.token != 0
 				return t.putTimer(r)
 			})
 			if err == nil && had {

@@ -214,14 +214,16 @@ func (s *Storage) One(ctx context.Context, query string, args ...any) *Row {
 }
 
 // Size returns the size in bytes of the object's database as the turn sees it, the runtime's own
-// tables (KV pairs, timers) included: the original's databaseSize.
+// tables (KV pairs, timers) included: the original's databaseSize. Pages the database has freed
+// (after a DeleteAll, say) are not counted: the file keeps them for reuse, and after DeleteAll Size
+// is at most a new object's (SEMANTICS W9).
 func (s *Storage) Size(ctx context.Context) (int64, error) {
 	_, st, err := s.in(ctx)
 	if err != nil {
 		return 0, err
 	}
 	var n int64
-	err = st.QueryOwn("SELECT c.page_count * s.page_size FROM pragma_page_count() AS c, pragma_page_size() AS s", nil,
+	err = st.QueryOwn("SELECT (c.page_count - f.freelist_count) * s.page_size FROM pragma_page_count() AS c, pragma_freelist_count() AS f, pragma_page_size() AS s", nil,
 		func(r *sql.Rows) error { return r.Scan(&n) })
 	if err != nil {
 		return 0, fmt.Errorf("core: database size: %w", err)

@@ -375,3 +375,38 @@ func TestStorage_Size(t *testing.T) {
 	_, err = st.Size(context.Background())
 	require.ErrorIs(t, err, core.ErrNotInTurn)
 }
+
+// S-W9: after DeleteAll, Size is at most a new object's (the original
+// reports 4,096 bytes): the pages DeleteAll freed are not counted, although
+// the file keeps them for reuse.
+func TestStorage_SizeAfterDeleteAll(t *testing.T) {
+	rt := openRT(t, core.Options{})
+	ns := register(t, rt)
+	size := func(name string, before func(ctx context.Context, st *core.Storage) error) int64 {
+		var n int64
+		in(t, get(t, ns, name), func(ctx context.Context, st *core.Storage) (err error) {
+			if err := before(ctx, st); err != nil {
+				return err
+			}
+			n, err = st.Size(ctx)
+			return err
+		})
+		return n
+	}
+	fresh := size("new", func(context.Context, *core.Storage) error { return nil })
+	in(t, get(t, ns, "deleted"), func(ctx context.Context, st *core.Storage) error {
+		if _, err := st.Exec(ctx, "CREATE TABLE blob(b BLOB)"); err != nil {
+			return err
+		}
+		for range 10 {
+			if _, err := st.Exec(ctx, "INSERT INTO blob VALUES (randomblob(10000))"); err != nil {
+				return err
+			}
+		}
+		return st.Put(ctx, "k", []byte("v"))
+	})
+	got := size("deleted", func(ctx context.Context, st *core.Storage) error { return st.DeleteAll(ctx) })
+	if got > fresh {
+		t.Errorf("Size after DeleteAll: got %d, want at most %d (a new object's)", got, fresh)
+	}
+}

@@ -1,9 +1,11 @@
 package core
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/robfig/cron/v3"
@@ -36,7 +38,30 @@ type timerRow struct {
 	payload    []byte
 	cron       string
 	missed     Missed
-	running    bool // a run of it has begun and not ended
+	running    bool  // a run of it has begun and not ended
+	token      int64 // while running, a facet's run's identity (facet.go); 0 otherwise
+}
+
+// runningValue is what the running column holds: 0, or the run's token (1 when it has none).
+func (r timerRow) runningValue() int64 {
+	switch {
+	case !r.running:
+		return 0
+	case r.token != 0:
+		return r.token
+	}
+	return 1
+}
+
+// scan reads a row of timerCols.
+func (r *timerRow) scan(rows *sql.Rows) error {
+	var running int64
+	err := rows.Scan(&r.owner, &r.key, &r.at, &r.retry, &r.first, &r.kind, &r.payload, &r.cron, &r.missed, &running)
+	r.running = running != 0
+	if running != 1 {
+		r.token = running
+	}
+	return err
 }
 
 // with returns the row due again at a new tick, its retries reset.
@@ -89,12 +114,16 @@ func (st *State) onTimers(ctx context.Context, fn func(home *turn, owner string)
 
 // putTimer writes a timer in the segment. It counts as a row written (A11).
 func (t *turn) putTimer(r timerRow) error {
+	if fr := t.facetRun(r.owner, r.key); fr != nil { // decided with the facet's run
+		fr.set, fr.next = true, &r
+		return nil
+	}
 	s, err := t.write()
 	if err != nil {
 		return err
 	}
 	if err := s.ExecOwn("INSERT OR REPLACE INTO main._durable_timers("+timerCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-		r.owner, r.key, r.at, r.retry, r.first, r.kind, r.payload, r.cron, r.missed, r.running); err != nil {
+		r.owner, r.key, r.at, r.retry, r.first, r.kind, r.payload, r.cron, r.missed, r.runningValue()); err != nil {
 		return err
 	}
 	t.o.writes.Add(1)
@@ -104,6 +133,11 @@ func (t *turn) putTimer(r timerRow) error {
 
 // delTimers deletes owner's timer key or, with all, every timer of owner and of the facets below.
 func (t *turn) delTimers(owner, key string, all bool) (bool, error) {
+	if fr := t.facetRun(owner, key); fr != nil && !all { // decided with the facet's run
+		had := !fr.set || fr.next != nil
+		fr.set, fr.next = true, nil
+		return had, nil
+	}
 	s, err := t.write()
 	if err != nil {
 		return false, err
@@ -129,7 +163,7 @@ func (t *turn) queryTimers(where string, args ...any) ([]timerRow, error) {
 	var out []timerRow
 	err = s.QueryOwn("SELECT "+timerCols+" FROM main._durable_timers WHERE "+where, args, func(rows *sql.Rows) error {
 		var r timerRow
-		err := rows.Scan(&r.owner, &r.key, &r.at, &r.retry, &r.first, &r.kind, &r.payload, &r.cron, &r.missed, &r.running)
+		err := r.scan(rows)
 		out = append(out, r)
 		return err
 	})
@@ -137,6 +171,12 @@ func (t *turn) queryTimers(where string, args ...any) ([]timerRow, error) {
 }
 
 func (t *turn) getTimer(owner, key string) (timerRow, bool, error) {
+	if fr := t.facetRun(owner, key); fr != nil && fr.set {
+		if fr.next == nil {
+			return timerRow{}, false, nil
+		}
+		return *fr.next, true, nil
+	}
 	rs, err := t.queryTimers("owner = ? AND key = ?", owner, key)
 	if err != nil || len(rs) == 0 {
 		return timerRow{}, false, err
@@ -161,6 +201,13 @@ func (t *turn) dueTimer(now int64, skip map[timerKey]bool) (timerRow, bool, erro
 // listTimers returns owner's pending schedule entries; a running recurring one is at its next tick.
 func (t *turn) listTimers(owner string) ([]Timer, error) {
 	rs, err := t.queryTimers("owner = ? AND key <> '' ORDER BY at, key", owner)
+	if fr := t.facetRunOf(owner); fr != nil && fr.set && fr.key != "" { // as its run left it
+		rs = slices.DeleteFunc(rs, func(r timerRow) bool { return r.key == fr.key })
+		if fr.next != nil {
+			rs = append(rs, *fr.next)
+			slices.SortFunc(rs, func(a, b timerRow) int { return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.key, b.key)) })
+		}
+	}
 	var out []Timer
 	for _, r := range rs {
 		if r.running {
