@@ -23,7 +23,7 @@ old=$OUT/old-tree
 git -C "$root" worktree add --detach "$old" "$rev" >/dev/null
 trap 'git -C "$root" worktree remove --force "$old"' EXIT
 cp "$root"/bench/*_test.go "$old/bench/"
-if ! (cd "$old" && go test -c -o "$OUT/bench.old" ./bench 2>/dev/null); then
+if ! (cd "$old" && go test -c -o "$OUT/bench.old" ./bench >/dev/null 2>&1); then
 	echo "compare.sh: today's benchmarks do not build against $rev; $rev is measured with its own" >&2
 	git -C "$old" checkout -- bench && git -C "$old" clean -fdq bench
 	(cd "$old" && go test -c -o "$OUT/bench.old" ./bench)
