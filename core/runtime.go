@@ -31,8 +31,7 @@ type Runtime struct {
 	dir    string
 	ownDir bool
 	log    *slog.Logger
-	tel    *telemetryHooks  // nil: metrics and traces are off (seams.go)
-	counts telemetry.Counts // the runtime's counters, read by Stats and by the metrics
+	tel    *telemetryHooks // nil: metrics and traces are off (seams.go)
 
 	mu         sync.RWMutex // protects namespaces and facets; taken to set isClosed
 	namespaces map[string]*namespace
@@ -49,11 +48,14 @@ type Runtime struct {
 	done     chan struct{} // closed when the janitor has returned
 	wake     chan struct{} // an object became resident: the janitor has work
 	isClosed atomic.Bool
-	clock    atomic.Int64 // the coarse runtime clock, unix ns, updated by the janitor
-	uses     atomic.Int64 // a sequence stamped on objects as they go idle, for LRU
-	closing  sync.Map     // *object -> time.Time: evicted databases being closed
-	checked  sync.Map     // database path -> struct{}: passed its quick check in this runtime
-	shedding sync.Mutex   // held by the one caller of shed evicting
+	// The counters, written by every turn: kept away from the fields every turn reads (tel, opts),
+	// which would otherwise share their cache line.
+	counts   telemetry.Counts // the runtime's counters, read by Stats and by the metrics
+	clock    atomic.Int64     // the coarse runtime clock, unix ns, updated by the janitor
+	uses     atomic.Int64     // a sequence stamped on objects as they go idle, for LRU
+	closing  sync.Map         // *object -> time.Time: evicted databases being closed
+	checked  sync.Map         // database path -> struct{}: passed its quick check in this runtime
+	shedding sync.Mutex       // held by the one caller of shed evicting
 	sched    *runindex.Scheduler
 	ix       *runindex.Index        // the alarm index, the catalog and the dead letters
 	template func() ([]byte, error) // an empty object database, built once
