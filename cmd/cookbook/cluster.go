@@ -88,11 +88,9 @@ func (c *clusterFlags) start(ctx context.Context, dataDir string, log *slog.Logg
 		return nil, nil, err
 	}
 	// A new cluster is ready once a majority of its nodes run: wait for
-	// the others for a while, saying so.
-	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	log.Info("cluster mode: waiting for JetStream (a majority of the nodes must run)", "node", c.node, "nats", strings.Join(urls, ","))
-	eng, err := cluster.New(wctx, nc, cluster.Config{Replicas: replicas, Shards: c.shards})
+	// the others until interrupted, saying what is missing.
+	log.Info("cluster mode: starting the engine (it waits for a majority of the nodes)", "node", c.node, "nats", strings.Join(urls, ","))
+	eng, err := cluster.New(ctx, nc, cluster.Config{Replicas: replicas, Shards: c.shards, Logger: log.With("node", c.node)})
 	if err != nil {
 		nc.Close()
 		stop()
