@@ -415,10 +415,10 @@ func TestNew_SaysWhatItWaitsFor(t *testing.T) {
 	}
 }
 
-// recordHandler is a slog.Handler that passes each record to a function.
+// recordHandler is a slog.Handler that passes each record at Info level and above to a function.
 type recordHandler func(slog.Record)
 
-func (recordHandler) Enabled(context.Context, slog.Level) bool        { return true }
+func (recordHandler) Enabled(_ context.Context, l slog.Level) bool    { return l >= slog.LevelInfo }
 func (h recordHandler) Handle(_ context.Context, r slog.Record) error { h(r); return nil }
 func (h recordHandler) WithAttrs([]slog.Attr) slog.Handler            { return h }
 func (h recordHandler) WithGroup(string) slog.Handler                 { return h }

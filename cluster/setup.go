@@ -64,6 +64,7 @@ func (e *Engine) setUp(ctx context.Context) error {
 				if err == nil {
 					return
 				}
+				e.cfg.Logger.Debug("cluster: not ready yet: "+p.name, "error", err)
 				select {
 				case failed <- struct{}{}:
 				default:
@@ -162,7 +163,11 @@ func (e *Engine) parts() []part {
 func (e *Engine) lookUp(ctx context.Context, stream string) (jetstream.Stream, error) {
 	ctx, cancel := context.WithTimeout(ctx, attemptTimeout)
 	defer cancel()
-	return e.js.Stream(ctx, stream)
+	s, err := e.js.Stream(ctx, stream)
+	if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, fmt.Errorf("look up: %w", err)
+	}
+	return s, err
 }
 
 // shardConfig is the configuration of a shard's stream.
@@ -203,79 +208,109 @@ func (e *Engine) readyShard(ctx context.Context, shard int) error {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
 		// Another node may be creating it too: the same configuration is no conflict, and a
 		// refusal is looked at again by the next attempt.
-		_, err = e.js.CreateStream(ctx, want)
-	case err == nil && !sameSettings(s.CachedInfo().Config, want):
-		_, err = e.js.UpdateStream(ctx, want)
-	}
-	if err != nil {
+		if _, err = e.js.CreateStream(ctx, want); err != nil {
+			return fmt.Errorf("create: %w", err)
+		}
+	case err != nil:
 		return err
+	case !sameSettings(s.CachedInfo().Config, want):
+		if _, err = e.js.UpdateStream(ctx, want); err != nil {
+			return fmt.Errorf("update: %w", err)
+		}
 	}
 	base := e.subjectBase(shard)
-	_, _, _, err = e.confirmedLast(ctx, want.Name, base+"=probe", base+"=sync")
-	return err
+	if _, _, _, err = e.confirmedLast(ctx, want.Name, base+"=probe", base+"=sync"); err != nil {
+		return fmt.Errorf("probe: %w", err)
+	}
+	return nil
 }
 
-// readyLeases makes the bucket of leases ready. The bucket is created once, then left as it is
-// but for allowing TTLs: an update with the bucket's configuration would take back the TTLs that
-// its stream's messages carry.
+// leasesConfig is the configuration of the leases' stream: a key-value bucket's, as
+// jetstream.CreateKeyValue makes it (one value per key), that lets its messages carry a TTL (read
+// barriers do). Creating it so at once leaves no update to race with another node's creation.
+func (e *Engine) leasesConfig() jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:              e.kvStrm,
+		Subjects:          []string{"$KV." + e.kvName + ".>"},
+		MaxMsgsPerSubject: 1,
+		MaxBytes:          -1,
+		MaxMsgSize:        -1,
+		Storage:           jetstream.FileStorage,
+		Replicas:          e.cfg.Replicas,
+		AllowRollup:       true,
+		DenyDelete:        true,
+		Duplicates:        2 * time.Minute,
+		MaxMsgs:           -1,
+		MaxConsumers:      -1,
+		AllowDirect:       true,
+		Discard:           jetstream.DiscardNew,
+		AllowMsgTTL:       true,
+	}
+}
+
+// readyLeases makes the bucket of leases ready. A bucket made before it was created with TTLs
+// allowed gets them allowed, and is otherwise left as it is: an update with the bucket's
+// configuration would take back the TTLs that its stream's messages carry.
 func (e *Engine) readyLeases(ctx context.Context) error {
 	s, err := e.lookUp(ctx, e.kvStrm)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		if _, err = e.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:   e.kvName,
-			History:  1,
-			Storage:  jetstream.FileStorage,
-			Replicas: e.cfg.Replicas,
-		}); err != nil {
-			return err
+		if _, err := e.js.CreateStream(ctx, e.leasesConfig()); err != nil {
+			return fmt.Errorf("create: %w", err)
 		}
-		s, err = e.lookUp(ctx, e.kvStrm)
-	}
-	if err != nil {
+	} else if err != nil {
 		return err
-	}
-	// Read barriers carry a TTL.
-	if cfg := s.CachedInfo().Config; !cfg.AllowMsgTTL {
+	} else if cfg := s.CachedInfo().Config; !cfg.AllowMsgTTL {
 		cfg.AllowMsgTTL = true
 		if _, err := e.js.UpdateStream(ctx, cfg); err != nil {
-			return err
+			return fmt.Errorf("update: %w", err)
 		}
 	}
-	_, _, _, err = e.getLeaseMarker(ctx, "$KV."+e.kvName+".=probe")
-	return err
+	if _, _, _, err = e.getLeaseMarker(ctx, "$KV."+e.kvName+".=probe"); err != nil {
+		return fmt.Errorf("probe: %w", err)
+	}
+	return nil
 }
 
-// readyBlobs makes the object store of blobs ready. Reads of a blob's description go to the
+// blobsConfig is the configuration of the blobs' stream: an object store's, as
+// jetstream.CreateObjectStore makes it, but for reads of a blob's description, which go to the
 // stream's leader, not to any replica (which may be behind, and would then answer with an older
 // blob or none).
+func (e *Engine) blobsConfig() jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        "OBJ_" + e.objBucket,
+		Subjects:    []string{"$O." + e.objBucket + ".C.>", "$O." + e.objBucket + ".M.>"},
+		MaxBytes:    -1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    e.cfg.Replicas,
+		Discard:     jetstream.DiscardNew,
+		AllowRollup: true,
+		AllowDirect: false,
+	}
+}
+
+// readyBlobs makes the object store of blobs ready. One made before it was created without direct
+// reads gets them turned off.
 func (e *Engine) readyBlobs(ctx context.Context) error {
-	stream := "OBJ_" + e.objBucket
-	s, err := e.lookUp(ctx, stream)
+	want := e.blobsConfig()
+	s, err := e.lookUp(ctx, want.Name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		if _, err = e.js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{
-			Bucket:   e.objBucket,
-			Storage:  jetstream.FileStorage,
-			Replicas: e.cfg.Replicas,
-		}); err != nil {
-			return err
+		if _, err := e.js.CreateStream(ctx, want); err != nil {
+			return fmt.Errorf("create: %w", err)
 		}
-		s, err = e.lookUp(ctx, stream)
-	}
-	if err != nil {
+	} else if err != nil {
 		return err
-	}
-	if cfg := s.CachedInfo().Config; cfg.AllowDirect {
+	} else if cfg := s.CachedInfo().Config; cfg.AllowDirect {
 		cfg.AllowDirect = false
 		if _, err := e.js.UpdateStream(ctx, cfg); err != nil {
-			return err
+			return fmt.Errorf("update: %w", err)
 		}
 	}
 	objects, err := e.js.ObjectStore(ctx, e.objBucket)
 	if err != nil {
-		return err
+		return fmt.Errorf("look up: %w", err)
 	}
 	if _, err := objects.GetInfo(ctx, "=probe"); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
-		return err
+		return fmt.Errorf("probe: %w", err)
 	}
 	e.objects = objects
 	return nil
