@@ -296,7 +296,7 @@ func BenchmarkAppend(b *testing.B) {
 	})
 }
 
-// A node that loses the routes to both other nodes of three says once that it lost its quorum,
+// S-X7: a node that loses the routes to both other nodes of three says once that it lost its quorum,
 // naming them, and Quorum says so too; once one of them is back, it says it has it again. (The
 // two nodes are shut down: to the node that watches, a closed route is what a crashed peer's
 // kernel leaves too.)

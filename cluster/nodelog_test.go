@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// While a peer is down the server tries each of its routes every second and logs each failure;
+// S-X7: while a peer is down the server tries each of its routes every second and logs each failure;
 // while a stream has no quorum it says so every few seconds. Each such condition is logged once
 // per change of state: when it starts, and again only after it was quiet for repeatQuiet. Other
 // lines all pass.

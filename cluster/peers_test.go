@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// A node says once when it loses the route to a peer and when the peer is back, and once when it
+// S-X7: a node says once when it loses the route to a peer and when the peer is back, and once when it
 // loses its quorum (naming the nodes it does not reach) and when it has it again; Quorum says the
 // same meanwhile. A cluster that starts (no quorum yet) is not a lost quorum.
 func TestPeerWatch_SaysEachChangeOnce(t *testing.T) {
