@@ -39,7 +39,7 @@ func (e *Engine) setUp(ctx context.Context) error {
 		err   error // the last attempt's
 	}
 	var (
-		mu     sync.Mutex // protects states and failed
+		mu     sync.Mutex // protects states
 		states = make([]state, len(parts))
 		failed = make(chan struct{}, 1) // a part's attempt failed
 	)
