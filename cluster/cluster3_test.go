@@ -14,8 +14,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -292,4 +294,79 @@ func BenchmarkAppend(b *testing.B) {
 			}
 		}
 	})
+}
+
+// S-X7: a node that loses the routes to both other nodes of three says once that it lost its quorum,
+// naming them, and Quorum says so too; once one of them is back, it says it has it again. (The
+// two nodes are shut down: to the node that watches, a closed route is what a crashed peer's
+// kernel leaves too.)
+func TestNode_SaysWhenItLosesItsQuorum(t *testing.T) {
+	c := startCluster(t, 3)
+	lines := make(chan string, 1000)
+	c.stop(0)
+	c.cfgs[0].Logger = slog.New(lineHandler(lines))
+	if err := c.start(0); err != nil {
+		t.Fatal(err)
+	}
+	waitLine := func(want string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		for {
+			select {
+			case l := <-lines:
+				if strings.Contains(l, want) {
+					return l
+				}
+			case <-ctx.Done():
+				t.Fatalf("n1 did not log %q", want)
+			}
+		}
+	}
+	waitLine("node n1 has its quorum")
+	if err := c.nodes[0].Quorum(); err != nil {
+		t.Fatalf("Quorum with all three nodes: %v", err)
+	}
+	c.stop(1)
+	c.stop(2)
+	line := waitLine("node n1 lost its quorum")
+	err := c.nodes[0].Quorum()
+	for _, got := range []string{line, fmt.Sprint(err)} {
+		if !strings.Contains(got, "reaches 1 of 3 nodes (n2, n3 unreachable)") {
+			t.Errorf("n1 said %q; want the nodes it does not reach", got)
+		}
+	}
+	if !errors.Is(err, cluster.ErrNoQuorum) {
+		t.Fatalf("Quorum without a majority: %v; want cluster.ErrNoQuorum", err)
+	}
+	if err := c.start(1); err != nil {
+		t.Fatal(err)
+	}
+	waitLine("node n1 has its quorum again")
+	if err := c.nodes[0].Quorum(); err != nil {
+		t.Fatalf("Quorum with two nodes of three: %v", err)
+	}
+}
+
+// lineHandler sends the message of each record at Info level and above that the node logs of its
+// own ("cluster: ...") to a channel, dropping it if the channel is full.
+type lineHandler chan string
+
+func (lineHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
+func (h lineHandler) Handle(_ context.Context, r slog.Record) error {
+	if strings.HasPrefix(r.Message, "cluster: ") {
+		select {
+		case h <- r.Message + " " + attrs(r):
+		default:
+		}
+	}
+	return nil
+}
+func (h lineHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h lineHandler) WithGroup(string) slog.Handler      { return h }
+
+func attrs(r slog.Record) string {
+	var b strings.Builder
+	r.Attrs(func(a slog.Attr) bool { fmt.Fprintf(&b, "%s=%v ", a.Key, a.Value); return true })
+	return b.String()
 }

@@ -42,6 +42,14 @@
 // Three nodes (or five) make a cluster that keeps working while one (or two) is lost. With no
 // ClusterName the node runs alone; use Config{Replicas: 1} with it.
 //
+// Nodes that start together may all call New at once: it makes each stream and bucket ready on
+// its own (looked up, created only if missing, updated only if its settings differ), waits for a
+// majority of the nodes within its context, and logs to Config.Logger what it waits for. A node
+// of a cluster logs once when it loses the route to a peer, or its quorum, and once when they are
+// back (the server's own lines that a lasting condition repeats, as a route that does not
+// connect, are logged once per change of state too); Node.Quorum says whether it has a quorum
+// (ErrNoQuorum, naming the nodes it does not reach).
+//
 // # An external JetStream cluster
 //
 // Connect to any of its servers' URLs and pass the connection to New:

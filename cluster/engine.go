@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -34,8 +35,12 @@ type Config struct {
 	// engines can share one JetStream cluster. Letters, digits, '_' and '-' only.
 	Prefix string
 
-	// Timeout bounds each operation whose context has no deadline (default 10 s).
+	// Timeout bounds each operation whose context has no deadline (default 10 s), and each attempt
+	// of New at making one stream or bucket ready.
 	Timeout time.Duration
+
+	// Logger, if set, receives what New waits for while JetStream is not ready; nil keeps it quiet.
+	Logger *slog.Logger
 }
 
 // MaxRecord is the largest record Append accepts: a node's maximum payload (MaxPayload) less room
@@ -61,9 +66,13 @@ var (
 	_ replog.Leases = (*Engine)(nil)
 )
 
-// New creates (or finds, with the same settings) the engine's streams and buckets over nc and
-// returns the engine. On a cluster that has just started it waits, within ctx, for JetStream to
-// be ready.
+// New makes the engine's streams and buckets ready over nc and returns the engine. Each is
+// created if it is missing, updated if its settings are not the engine's and left alone otherwise,
+// and has a leader that answers before New returns. On a cluster that has just started (no quorum
+// yet) New keeps trying, each stream or bucket on its own and each attempt bounded by
+// Config.Timeout, until all are ready or ctx ends, and logs to Config.Logger what it waits for
+// (how many are ready, which are not, the last error). Nodes that start together may all call
+// New at once.
 func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Engine, error) {
 	if nc == nil {
 		return nil, errors.New("cluster: New: nil connection")
@@ -79,6 +88,9 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Engine, error) {
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 10 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	switch {
 	case cfg.Replicas < 1 || cfg.Replicas > 5:
@@ -97,112 +109,10 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Engine, error) {
 	e := &Engine{nc: nc, js: js, cfg: cfg, apiPfx: "$JS.API", kvName: cfg.Prefix + "_leases"}
 	e.kvStrm = "KV_" + e.kvName
 	e.objBucket = cfg.Prefix + "_blobs"
-	// A cluster that has just started has no JetStream leader yet: creating fails with "temporarily
-	// unavailable" or times out until one is elected. Keep trying within ctx.
-	for {
-		err = e.create(ctx)
-		if err == nil {
-			return e, nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("cluster: New: creating streams: %w (%w)", err, ctx.Err())
-		case <-time.After(250 * time.Millisecond):
-		}
+	if err := e.setUp(ctx); err != nil {
+		return nil, fmt.Errorf("cluster: New: %w", err)
 	}
-}
-
-func (e *Engine) create(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, e.cfg.Timeout)
-	defer cancel()
-	for shard := range e.cfg.Shards {
-		_, err := e.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-			Name:              e.streamName(shard),
-			Subjects:          []string{e.subjectBase(shard) + ">"},
-			Storage:           jetstream.FileStorage,
-			Replicas:          e.cfg.Replicas,
-			Retention:         jetstream.LimitsPolicy,
-			Discard:           jetstream.DiscardOld,
-			MaxMsgs:           -1,
-			MaxBytes:          -1,
-			MaxAge:            0,
-			MaxMsgsPerSubject: -1,
-			AllowDirect:       true, // reads from any replica, batched
-			AllowMsgTTL:       true, // read barriers go away by themselves
-			DenyDelete:        true,
-		})
-		if err != nil {
-			return fmt.Errorf("stream %s: %w", e.streamName(shard), err)
-		}
-	}
-	// The bucket is created once, then left as it is: an update would take back the TTLs that
-	// allowTTL lets its stream's messages carry.
-	_, err := e.js.KeyValue(ctx, e.kvName)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		_, err = e.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:   e.kvName,
-			History:  1,
-			Storage:  jetstream.FileStorage,
-			Replicas: e.cfg.Replicas,
-		})
-	}
-	if err != nil {
-		return fmt.Errorf("bucket %s: %w", e.kvName, err)
-	}
-	if err := e.allowTTL(ctx, e.kvStrm); err != nil {
-		return fmt.Errorf("bucket %s: %w", e.kvName, err)
-	}
-	if _, err = e.js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
-		Bucket:   e.objBucket,
-		Storage:  jetstream.FileStorage,
-		Replicas: e.cfg.Replicas,
-	}); err != nil {
-		return fmt.Errorf("object store %s: %w", e.objBucket, err)
-	}
-	// Reads of a blob's description go to the stream's leader, not to any replica (which may be
-	// behind, and would then answer with an older blob or none).
-	s, err := e.js.Stream(ctx, "OBJ_"+e.objBucket)
-	if err != nil {
-		return fmt.Errorf("object store %s: %w", e.objBucket, err)
-	}
-	if cfg := s.CachedInfo().Config; cfg.AllowDirect {
-		cfg.AllowDirect = false
-		if _, err := e.js.UpdateStream(ctx, cfg); err != nil {
-			return fmt.Errorf("object store %s: %w", e.objBucket, err)
-		}
-	}
-	if e.objects, err = e.js.ObjectStore(ctx, e.objBucket); err != nil {
-		return fmt.Errorf("object store %s: %w", e.objBucket, err)
-	}
-	// Every stream has a leader that answers once a barrier goes through it.
-	for shard := range e.cfg.Shards {
-		base := e.subjectBase(shard)
-		if _, _, _, err := e.confirmedLast(ctx, e.streamName(shard), base+"=probe", base+"=sync"); err != nil {
-			return fmt.Errorf("stream %s: %w", e.streamName(shard), err)
-		}
-	}
-	if _, _, _, err := e.getLeaseMarker(ctx, "$KV."+e.kvName+".=probe"); err != nil {
-		return fmt.Errorf("bucket %s: %w", e.kvName, err)
-	}
-	if _, err := e.objects.GetInfo(ctx, "=probe"); !errors.Is(err, jetstream.ErrObjectNotFound) {
-		return fmt.Errorf("object store %s: %w", e.objBucket, err)
-	}
-	return nil
-}
-
-// allowTTL lets the stream's messages carry a TTL (for read barriers).
-func (e *Engine) allowTTL(ctx context.Context, stream string) error {
-	s, err := e.js.Stream(ctx, stream)
-	if err != nil {
-		return err
-	}
-	if cfg := s.CachedInfo().Config; !cfg.AllowMsgTTL {
-		cfg.AllowMsgTTL = true
-		if _, err := e.js.UpdateStream(ctx, cfg); err != nil {
-			return err
-		}
-	}
-	return nil
+	return e, nil
 }
 
 func (e *Engine) streamName(shard int) string { return e.cfg.Prefix + "_log_" + strconv.Itoa(shard) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/durable-go/durable/cluster"
@@ -272,3 +274,151 @@ func TestEngine_LongestRuntimeKey(t *testing.T) {
 		}
 	}
 }
+
+// S-X7: New against streams and buckets that are there with the engine's settings leaves them
+// alone (no request that goes through the JetStream meta leader: one round each, which nodes
+// starting together would pay for every stream on every try); it creates only those missing and
+// updates only those whose settings differ.
+func TestNew_CreatesOnlyWhatIsMissing(t *testing.T) {
+	c := startCluster(t, 1)
+	nc := c.conn(t, 0)
+	ctx := t.Context()
+	cfg := cluster.Config{Replicas: 1, Shards: 4, Prefix: "t"}
+	if _, err := cluster.New(ctx, nc, cfg); err != nil {
+		t.Fatal(err)
+	}
+	count := streamRequests(t, c, nc)
+	steps := []struct {
+		name             string
+		prepare          func() error
+		shards           int
+		creates, updates int
+	}{
+		{name: "all there", shards: 4},
+		{name: "four more shards", shards: 8, creates: 4},
+		{name: "one shard's settings changed", shards: 8, updates: 1, prepare: func() error {
+			js, err := jetstream.New(nc)
+			if err != nil {
+				return err
+			}
+			s, err := js.Stream(ctx, "t_log_5")
+			if err != nil {
+				return err
+			}
+			scfg := s.CachedInfo().Config
+			scfg.MaxMsgsPerSubject = 100
+			_, err = js.UpdateStream(ctx, scfg)
+			return err
+		}},
+		{name: "all there again", shards: 8},
+	}
+	for _, step := range steps {
+		if step.prepare != nil {
+			if err := step.prepare(); err != nil {
+				t.Fatalf("%s: %v", step.name, err)
+			}
+			count()
+		}
+		cfg.Shards = step.shards
+		e, err := cluster.New(ctx, nc, cfg)
+		if err != nil {
+			t.Fatalf("%s: New: %v", step.name, err)
+		}
+		if creates, updates := count(); creates != step.creates || updates != step.updates {
+			t.Errorf("%s: New sent %d creations and %d updates of streams; want %d and %d", step.name, creates, updates, step.creates, step.updates)
+		}
+		if _, err := e.Append(ctx, "k/"+step.name, 0, []byte("x")); err != nil {
+			t.Fatalf("%s: Append: %v", step.name, err)
+		}
+	}
+	js, _ := jetstream.New(nc)
+	if s, err := js.Stream(ctx, "t_log_5"); err != nil || s.CachedInfo().Config.MaxMsgsPerSubject != -1 {
+		t.Fatalf("the changed shard after New: %v; want its settings back", err)
+	}
+}
+
+// streamRequests returns a function that counts the requests to create or update a stream sent
+// over nc since its last call, as the server delivered them to a subscriber of its own.
+func streamRequests(t *testing.T, c *testCluster, nc *nats.Conn) func() (creates, updates int) {
+	t.Helper()
+	w := c.conn(t, 0)
+	ch := make(chan *nats.Msg, 1024)
+	marker := nats.NewInbox()
+	for _, subject := range []string{"$JS.API.STREAM.CREATE.>", "$JS.API.STREAM.UPDATE.>", marker} {
+		if _, err := w.ChanSubscribe(subject, ch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return func() (creates, updates int) {
+		t.Helper()
+		// The marker comes after every request nc sent before it.
+		if err := nc.Publish(marker, nil); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			select {
+			case m := <-ch:
+				switch {
+				case m.Subject == marker:
+					return creates, updates
+				case strings.HasPrefix(m.Subject, "$JS.API.STREAM.CREATE."):
+					creates++
+				default:
+					updates++
+				}
+			case <-t.Context().Done():
+				t.Fatal("the marker did not come back")
+			}
+		}
+	}
+}
+
+// S-X7: a node whose cluster has no quorum (it runs alone; the two others it names are not
+// there) makes New wait, saying what it waits for, until its context ends; the error says
+// what was not ready.
+func TestNew_SaysWhatItWaitsFor(t *testing.T) {
+	ports, err := loopback.FreePorts(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var routes []string
+	for _, p := range ports[1:] {
+		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", p))
+	}
+	node, err := cluster.StartNode(cluster.NodeConfig{Name: "n1", Dir: t.TempDir(), Port: ports[0],
+		ClusterName: "test", ClusterPort: ports[1], Routes: routes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node.Shutdown()
+	nc, err := cluster.Connect([]string{node.ClientURL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var logged []string
+	handler := recordHandler(func(r slog.Record) {
+		logged = append(logged, r.Message)
+		cancel() // once it says it waits, stop it
+	})
+	_, err = cluster.New(ctx, nc, cluster.Config{Shards: 4, Prefix: "t", Timeout: time.Second, Logger: slog.New(handler)})
+	if err == nil || !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "0 of 6 streams and buckets ready") {
+		t.Fatalf("New without a quorum: %v; want how many of the 6 are ready, and context.Canceled", err)
+	}
+	if len(logged) == 0 || !strings.Contains(logged[0], "waiting for JetStream") || !strings.Contains(logged[0], "waiting for stream t_log_0") {
+		t.Fatalf("New without a quorum logged %q; want what it waits for", logged)
+	}
+}
+
+// recordHandler is a slog.Handler that passes each record at Info level and above to a function.
+type recordHandler func(slog.Record)
+
+func (recordHandler) Enabled(_ context.Context, l slog.Level) bool    { return l >= slog.LevelInfo }
+func (h recordHandler) Handle(_ context.Context, r slog.Record) error { h(r); return nil }
+func (h recordHandler) WithAttrs([]slog.Attr) slog.Handler            { return h }
+func (h recordHandler) WithGroup(string) slog.Handler                 { return h }

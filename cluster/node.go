@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -49,13 +50,23 @@ type NodeConfig struct {
 	// routes links through proxies does).
 	ClusterAdvertise string
 
-	// Logger, if set, receives the node's log lines; nil keeps it quiet.
+	// Logger, if set, receives the node's log lines: the server's (its notices at Info level; a
+	// line that a lasting condition repeats, as a route that does not connect, once per change of
+	// state) and the node's own about its peers and its quorum ("cluster: ..."). nil keeps it
+	// quiet.
 	Logger *slog.Logger
 }
 
-// Node is a running embedded JetStream node.
+// Node is a running embedded JetStream node. A node of a cluster watches its routes and its
+// JetStream meta group (every second, from a goroutine that Shutdown stops): it logs a peer lost
+// and back, and its quorum lost and back, once each, and Quorum says whether it has one.
 type Node struct {
-	srv *server.Server
+	srv   *server.Server
+	watch *peerWatch // nil for a node without a cluster
+
+	stopOnce sync.Once
+	stop     chan struct{} // closed by Shutdown
+	done     chan struct{} // closed when the watcher has returned
 }
 
 // StartNode starts an embedded NATS server with JetStream, fsync on every write (so that an
@@ -106,8 +117,12 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: StartNode %s: %w", cfg.Name, err)
 	}
+	log := slog.New(slog.DiscardHandler)
+	var nlog *nodeLog
 	if cfg.Logger != nil {
-		srv.SetLogger(slogLogger{cfg.Logger.With("node", cfg.Name)}, false, false)
+		log = cfg.Logger
+		nlog = newNodeLog(cfg.Logger.With("node", cfg.Name))
+		srv.SetLogger(nlog, false, false)
 	}
 	srv.Start()
 	if !srv.ReadyForConnections(30 * time.Second) {
@@ -115,7 +130,66 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 		srv.WaitForShutdown()
 		return nil, fmt.Errorf("cluster: StartNode %s: not ready for connections within 30 s", cfg.Name)
 	}
-	return &Node{srv: srv}, nil
+	n := &Node{srv: srv, stop: make(chan struct{}), done: make(chan struct{})}
+	if cfg.ClusterName == "" {
+		close(n.done)
+		return n, nil
+	}
+	n.watch = newPeerWatch(cfg.Name, log)
+	go func() {
+		defer close(n.done)
+		tick := time.NewTicker(watchEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-n.stop:
+				return
+			case now := <-tick.C:
+				v := n.view()
+				n.watch.see(now, v)
+				for _, addr := range v.routes {
+					if nlog != nil {
+						nlog.connected(addr)
+					}
+				}
+			}
+		}
+	}()
+	return n, nil
+}
+
+// view is what the node sees of its cluster now.
+func (n *Node) view() view {
+	v := view{connected: map[string]bool{}}
+	if rz, err := n.srv.Routez(nil); err == nil {
+		for _, r := range rz.Routes {
+			if r.RemoteName != "" {
+				v.connected[r.RemoteName] = true
+			}
+			if r.DidSolicit {
+				v.routes = append(v.routes, net.JoinHostPort(r.IP, strconv.Itoa(r.Port)))
+			}
+		}
+	}
+	if jz, err := n.srv.Jsz(nil); err == nil && jz.Meta != nil {
+		v.size, v.needed = jz.Meta.Size, jz.Meta.QuorumNeeded
+		for _, p := range jz.Meta.Replicas {
+			if p.Name != "" {
+				v.members = append(v.members, p.Name)
+			}
+		}
+	}
+	return v
+}
+
+// Quorum returns nil while the node reaches a majority of its cluster's nodes (or runs alone, or
+// has not had a quorum yet: a cluster that starts), and an error that is ErrNoQuorum, saying since
+// when and which nodes it does not reach, once it has lost it (as seen within a second).
+func (n *Node) Quorum() error {
+	if n.watch == nil {
+		return nil
+	}
+	return n.watch.quorum()
 }
 
 func randomIfZero(port int) int {
@@ -138,18 +212,10 @@ func (n *Node) ClusterURL() string {
 	return "nats://" + net.JoinHostPort(a.IP.String(), strconv.Itoa(a.Port))
 }
 
-// Shutdown stops the node and waits until it has stopped.
+// Shutdown stops the node's watcher and the node, and waits until they have stopped.
 func (n *Node) Shutdown() {
+	n.stopOnce.Do(func() { close(n.stop) })
+	<-n.done
 	n.srv.Shutdown()
 	n.srv.WaitForShutdown()
 }
-
-// slogLogger passes the server's log lines to a slog.Logger.
-type slogLogger struct{ l *slog.Logger }
-
-func (s slogLogger) Noticef(format string, v ...any) { s.l.Info(fmt.Sprintf(format, v...)) }
-func (s slogLogger) Warnf(format string, v ...any)   { s.l.Warn(fmt.Sprintf(format, v...)) }
-func (s slogLogger) Fatalf(format string, v ...any)  { s.l.Error(fmt.Sprintf(format, v...)) }
-func (s slogLogger) Errorf(format string, v ...any)  { s.l.Error(fmt.Sprintf(format, v...)) }
-func (s slogLogger) Debugf(format string, v ...any)  { s.l.Debug(fmt.Sprintf(format, v...)) }
-func (s slogLogger) Tracef(format string, v ...any)  { s.l.Debug(fmt.Sprintf(format, v...)) }

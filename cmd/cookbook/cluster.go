@@ -29,6 +29,8 @@ type clusterFlags struct {
 	replicas    int
 	shards      int
 	leaseTTL    time.Duration
+
+	running *cluster.Node // the embedded node, once started
 }
 
 func (c *clusterFlags) register(fs *flag.FlagSet) {
@@ -62,9 +64,10 @@ func (c *clusterFlags) start(ctx context.Context, dataDir string, log *slog.Logg
 		if dir == "" {
 			dir = strings.TrimRight(dataDir, "/") + ".jetstream"
 		}
-		// The node's own lines at warning and above: its notices (every
-		// route connected, every leader elected) would drown the server's.
-		nlog := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("component", "jetstream")
+		// The node's own lines at warning and above, and what it says of
+		// its peers and its quorum: its notices (every route connected,
+		// every leader elected) would drown the server's.
+		nlog := slog.New(nodeLines{slog.NewTextHandler(stderr, nil)}).With("component", "jetstream")
 		cfg := cluster.NodeConfig{Name: c.node, Dir: dir, Port: c.natsPort, Logger: nlog}
 		if routes := splitList(c.routes); len(routes) > 0 {
 			cfg.ClusterName, cfg.ClusterPort, cfg.Routes = "durable", c.clusterPort, routes
@@ -75,6 +78,7 @@ func (c *clusterFlags) start(ctx context.Context, dataDir string, log *slog.Logg
 		if node, err = cluster.StartNode(cfg); err != nil {
 			return nil, nil, fmt.Errorf("cookbook: start the JetStream node: %w", err)
 		}
+		c.running = node
 		urls = []string{node.ClientURL()}
 	}
 	stop := func() {
@@ -88,11 +92,9 @@ func (c *clusterFlags) start(ctx context.Context, dataDir string, log *slog.Logg
 		return nil, nil, err
 	}
 	// A new cluster is ready once a majority of its nodes run: wait for
-	// the others for a while, saying so.
-	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	log.Info("cluster mode: waiting for JetStream (a majority of the nodes must run)", "node", c.node, "nats", strings.Join(urls, ","))
-	eng, err := cluster.New(wctx, nc, cluster.Config{Replicas: replicas, Shards: c.shards})
+	// the others until interrupted, saying what is missing.
+	log.Info("cluster mode: starting the engine (it waits for a majority of the nodes)", "node", c.node, "nats", strings.Join(urls, ","))
+	eng, err := cluster.New(ctx, nc, cluster.Config{Replicas: replicas, Shards: c.shards, Logger: log.With("node", c.node)})
 	if err != nil {
 		nc.Close()
 		stop()
@@ -100,6 +102,33 @@ func (c *clusterFlags) start(ctx context.Context, dataDir string, log *slog.Logg
 	}
 	return &core.Replication{Node: c.node, Log: eng, Leases: eng, LeaseTTL: c.leaseTTL}, func() { nc.Close(); stop() }, nil
 }
+
+// explain adds to the error of a shutdown that gave up why it did, when
+// the node has lost its quorum: what was left waited for commits that no
+// majority could acknowledge.
+func (c *clusterFlags) explain(err error) error {
+	if err == nil || c.running == nil {
+		return err
+	}
+	if qerr := c.running.Quorum(); qerr != nil {
+		return fmt.Errorf("shutdown gave up after %v: %w; what was running waited for commits that no majority could acknowledge:\n%w", shutdownGrace, qerr, err)
+	}
+	return err
+}
+
+// nodeLines passes the embedded node's lines at warning and above, and
+// its own ones ("cluster: ...", its peers and its quorum) at Info.
+type nodeLines struct{ slog.Handler }
+
+func (h nodeLines) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level < slog.LevelWarn && !strings.HasPrefix(r.Message, "cluster: ") {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h nodeLines) WithAttrs(as []slog.Attr) slog.Handler { return nodeLines{h.Handler.WithAttrs(as)} }
+func (h nodeLines) WithGroup(name string) slog.Handler    { return nodeLines{h.Handler.WithGroup(name)} }
 
 func splitList(s string) []string {
 	var out []string

@@ -8,14 +8,20 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/durable-go/durable/cluster"
 	"github.com/durable-go/durable/internal/loopback"
 )
 
@@ -97,4 +103,88 @@ func rawGet(t *testing.T, s *server, path string) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
+}
+
+// A node whose two peers are gone says in its log that it lost its
+// quorum, naming them, and a shutdown that gives up says why.
+func TestServe_ClusterNodeSaysItLostItsQuorum(t *testing.T) {
+	ports, err := loopback.FreePorts(6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	routes := make([]string, 3)
+	for i := range routes {
+		routes[i] = fmt.Sprintf("nats://127.0.0.1:%d", ports[3+i])
+	}
+	var peers []*cluster.Node
+	for i := 1; i < 3; i++ {
+		n, err := cluster.StartNode(cluster.NodeConfig{Name: fmt.Sprintf("n%d", i+1), Dir: t.TempDir(), Port: ports[i],
+			ClusterName: "durable", ClusterPort: ports[3+i], Routes: routes})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(n.Shutdown)
+		peers = append(peers, n)
+	}
+	stderr := newWatchedWriter()
+	cf := clusterFlags{node: "n1", natsPort: ports[0], clusterPort: ports[3], routes: strings.Join(routes, ","), shards: 2, leaseTTL: 2 * time.Second}
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	_, stop, err := cf.start(t.Context(), filepath.Join(t.TempDir(), "n1"), log, stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	stderr.wait(t, "cluster: node n1 has its quorum")
+	if err := cf.explain(nil); err != nil {
+		t.Fatalf("explain(nil) = %v", err)
+	}
+	for _, n := range peers {
+		n.Shutdown()
+	}
+	stderr.wait(t, "cluster: node n1 lost its quorum")
+	abandoned := errors.New("core: shutdown: context deadline exceeded; abandoned: sessions/\"a\" (a turn is running)")
+	err = cf.explain(abandoned)
+	if !errors.Is(err, abandoned) || !strings.Contains(fmt.Sprint(err), "n1 lost its quorum") || !strings.Contains(fmt.Sprint(err), "(n2, n3 unreachable)") {
+		t.Fatalf("a shutdown that gave up without a quorum says: %v; want why, and what it abandoned", err)
+	}
+}
+
+// watchedWriter is a writer whose content a test can wait for.
+type watchedWriter struct {
+	mu      sync.Mutex // protects b
+	b       strings.Builder
+	changed chan struct{} // signalled after each write
+}
+
+func newWatchedWriter() *watchedWriter { return &watchedWriter{changed: make(chan struct{}, 1)} }
+
+func (w *watchedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.b.Write(p)
+	select {
+	case w.changed <- struct{}{}:
+	default:
+	}
+	return len(p), nil
+}
+
+// wait waits, up to a minute, until what was written contains want.
+func (w *watchedWriter) wait(t *testing.T, want string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	for {
+		w.mu.Lock()
+		s := w.b.String()
+		w.mu.Unlock()
+		if strings.Contains(s, want) {
+			return
+		}
+		select {
+		case <-w.changed:
+		case <-ctx.Done():
+			t.Fatalf("%q was not written; got:\n%s", want, s)
+		}
+	}
 }

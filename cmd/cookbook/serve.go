@@ -107,7 +107,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, ready f
 	if errors.Is(serveErr, http.ErrServerClosed) {
 		serveErr = nil
 	}
-	return errors.Join(serveErr, shutErr, rt.Shutdown(sctx), a.Close())
+	return cf.explain(errors.Join(serveErr, shutErr, rt.Shutdown(sctx), a.Close()))
 }
 
 // openData opens the runtime over opts.Dir. A directory held by another
