@@ -222,6 +222,39 @@ func TestClusterReadsRefusedWhenLeaseLapses(t *testing.T) {
 	})
 }
 
+// S-CL5: a paused owner, resumed after another node took the object over and wrote, does not
+// serve the value it held: its first turn finds its lease lapsed, tries to renew it, learns it
+// was taken over, and refuses. Without the lease check at a turn's start it would read its own
+// stale file and answer the old balance.
+func TestClusterPausedOwnerDoesNotServeStaleRead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := replogtest.NewMemCluster()
+		n1 := openNode(t, c, "n1")
+		n2 := openNode(t, c, "n2")
+		defer n2.rt.Close()
+		require.NoError(t, n1.put("acct", "balance", "100"))
+		v, err := n1.get("acct", "balance")
+		require.NoError(t, err)
+		require.Equal(t, "100", v, "the object is resident on n1, its file open")
+
+		n1.view.CutLog(true) // paused: nothing n1 does reaches the engine
+		n1.view.CutLeases(true)
+		_, err = n2.get("acct", "balance")
+		require.ErrorIs(t, err, core.ErrNotOwner)
+		time.Sleep(clusterTTL)
+		require.NoError(t, n2.put("acct", "balance", "200"), "n2 took the object over")
+
+		n1.view.CutLog(false) // resumed
+		n1.view.CutLeases(false)
+		v, err = n1.get("acct", "balance")
+		require.ErrorIs(t, err, core.ErrFenced, "n1 must refuse, not answer %q", v)
+		v, err = n2.get("acct", "balance")
+		require.NoError(t, err)
+		require.Equal(t, "200", v)
+		n1.rt.Close()
+	})
+}
+
 // gatedWeb answers HTTP after a write, holding its turn until released.
 type gatedWeb struct {
 	st      *core.State
