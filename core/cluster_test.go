@@ -255,6 +255,36 @@ func TestClusterPausedOwnerDoesNotServeStaleRead(t *testing.T) {
 	})
 }
 
+// S-CL4: a node whose renewals keep failing (its quorum is gone) says so once, not at every round,
+// and says once that the lease is renewed again.
+func TestClusterRenewalFailuresLoggedOncePerChange(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := replogtest.NewMemCluster()
+		logs := newLogCapture()
+		n1 := openNode(t, c, "n1", func(o *core.Options) { o.Logger, o.IdleTimeout = slog.New(logs), time.Hour })
+		defer n1.rt.Close()
+		require.NoError(t, n1.put("acct", "balance", "1"))
+		count := func(event string) int {
+			n := 0
+			for _, r := range logs.all() {
+				if strings.Contains(r, "event="+event+" ") {
+					n++
+				}
+			}
+			return n
+		}
+		n1.view.CutLeases(true)
+		time.Sleep(4 * clusterTTL) // 16 rounds of the renewer
+		synctest.Wait()
+		require.Equal(t, 1, count("lease_renew_failed"), "one line for a lease that keeps failing")
+		n1.view.CutLeases(false)
+		time.Sleep(clusterTTL)
+		synctest.Wait()
+		require.Equal(t, 1, count("lease_renewed"), "one line when it is renewed again: %v", logs.all())
+		require.Equal(t, 1, count("lease_renew_failed"))
+	})
+}
+
 // gatedWeb answers HTTP after a write, holding its turn until released.
 type gatedWeb struct {
 	st      *core.State

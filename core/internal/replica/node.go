@@ -113,6 +113,16 @@ type lease struct {
 	renewed  time.Time // when the last successful Put began, by the node's clock
 	lost     bool      // a Put found the revision moved: another node took the object
 	released bool      // handed back (Delete), or given up
+	failing  bool      // the renewer's last renewal failed (and was logged)
+}
+
+// failingNow records whether the renewer's renewal of l failed, and reports whether that changed.
+func (l *lease) failingNow(failing bool) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	changed := l.failing != failing
+	l.failing = failing
+	return changed
 }
 
 // renewer renews the leases of resident objects every quarter LeaseTTL, and forgets the foreign
@@ -154,8 +164,15 @@ func (n *Node) renewAll(ls []*lease) {
 	for range min(len(ls), renewWorkers) {
 		wg.Go(func() {
 			for l := range work {
-				if err := n.renew(l); err != nil && !errors.Is(err, ErrFenced) {
-					n.cfg.Logger.Warn("a lease could not be renewed", "event", "lease_renew_failed", "key", l.key, "error", err)
+				err := n.renew(l)
+				failing := err != nil && !errors.Is(err, ErrFenced)
+				if !l.failingNow(failing) { // said once per change: a lost quorum fails every round
+					continue
+				}
+				if failing {
+					n.cfg.Logger.Warn("a lease could not be renewed; it is tried again every quarter LeaseTTL", "event", "lease_renew_failed", "key", l.key, "error", err)
+				} else if err == nil {
+					n.cfg.Logger.Info("a lease is renewed again", "event", "lease_renewed", "key", l.key)
 				}
 			}
 		})
