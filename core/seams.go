@@ -6,8 +6,9 @@ import (
 )
 
 // The layers below the turn, and the seams through which the turn and the object's lifecycle call
-// them. Only turn.go and object.go call across a seam (seams_test.go holds them to it), so that what
-// a layer is told is decided in one place. Each is nil when its layer is off.
+// them. Only the turn's files (turn.go, batch.go, gate.go) and object.go call across a seam
+// (seams_test.go holds them to it), so that what a layer is told is decided in one place. Each is
+// nil when its layer is off.
 
 // telemetryHooks is the telemetry seam: OpenTelemetry's instruments and spans
 // (core/internal/telemetry), told plain values: a namespace's counts, an object's name, durations,
