@@ -180,15 +180,19 @@ func (o *object) openChecked() (*store, bool, error) {
 	case fi.Size() == 0:
 		return nil, false, &DamagedError{Path: path, Reason: "empty (0 bytes)"}
 	}
-	// Committed rows may live only in the WAL (closing keeps a small one): a log SQLite would ignore
-	// is damage, not an empty object.
-	if why, err := datadir.WALHeaderDamage(path); err != nil {
-		return nil, false, err
-	} else if why != "" {
-		return nil, false, &DamagedError{Path: path, Reason: why}
+	// The checks run at a file's first open in this runtime: after that, its damage would be the
+	// runtime's own doing. Committed rows may live only in the WAL (closing keeps a small one): a
+	// log SQLite would ignore is damage, not an empty object.
+	_, done := o.rt.checked.Load(path)
+	if !done {
+		if why, err := datadir.WALHeaderDamage(path); err != nil {
+			return nil, false, err
+		} else if why != "" {
+			return nil, false, &DamagedError{Path: path, Reason: why}
+		}
 	}
 	st, fresh, err := openStore(path, o.rt.opts.Synchronous, o.rt.template)
-	if _, done := o.rt.checked.Load(path); err == nil && !fresh && !done {
+	if err == nil && !fresh && !done {
 		var check string
 		check, err = datadir.QuickCheck(st)
 		if err == nil && check != "ok" {
