@@ -2,12 +2,12 @@ package main
 
 import (
 	"errors"
-	"fmt"
 	"net/http"
-	"unicode/utf8"
 
-	"github.com/durable-go/durable/core"
 	"modernc.org/sqlite"
+
+	"github.com/durable-go/durable/cmd/internal/inspectjson"
+	"github.com/durable-go/durable/core"
 )
 
 // The inspector: what the runtime holds, read-only, as JSON (/inspect/...)
@@ -34,13 +34,6 @@ func (a *app) inspectNamespaces(*http.Request) (any, error) {
 // ?ns=&after=&limit=20, as /objects does.
 func (a *app) inspectObjects(r *http.Request) (any, error) { return a.objects(r) }
 
-type inspectTable struct {
-	Name    string   `json:"name"`
-	Columns []string `json:"columns"`
-	Rows    int64    `json:"rows"`
-	Runtime bool     `json:"runtime"`
-}
-
 type inspectTimer struct {
 	Path      string `json:"path"`
 	Key       string `json:"key"`
@@ -64,10 +57,7 @@ func (a *app) inspectObject(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, inspectError(err)
 	}
-	tables := make([]inspectTable, len(rep.Tables))
-	for i, t := range rep.Tables {
-		tables[i] = inspectTable{t.Name, t.Columns, t.Rows, t.Runtime}
-	}
+	tables := inspectjson.Tables(rep.Tables)
 	timers := make([]inspectTimer, len(rep.Timers))
 	for i, t := range rep.Timers {
 		timers[i] = inspectTimer{t.Path, t.Key, t.Kind, t.At.UnixMilli(), t.Scheduled.UnixMilli(), t.Retries, t.Running, t.Cron}
@@ -114,24 +104,7 @@ func (a *app) inspectSQL(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, inspectError(err)
 	}
-	rows := make([][]any, len(res.Rows))
-	for i, row := range res.Rows {
-		rows[i] = make([]any, len(row))
-		for j, v := range row {
-			if b, ok := v.([]byte); ok {
-				if utf8.Valid(b) {
-					v = string(b)
-				} else {
-					v = fmt.Sprintf("x'%x'", b)
-				}
-			}
-			rows[i][j] = v
-		}
-	}
-	if res.Columns == nil {
-		res.Columns = []string{}
-	}
-	return map[string]any{"columns": res.Columns, "rows": rows, "truncated": res.Truncated}, nil
+	return inspectjson.Query(res), nil
 }
 
 // inspectError answers what the caller got wrong as 400 or 404: a write

@@ -10,8 +10,9 @@ import (
 	"testing"
 
 	"github.com/chromedp/chromedp"
-	"github.com/durable-go/durable/core"
 	"github.com/gorilla/websocket"
+
+	"github.com/durable-go/durable/core"
 )
 
 // S-O8: the inspector's page in a real headless Chromium: it lists the

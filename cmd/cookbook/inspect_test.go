@@ -9,8 +9,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/durable-go/durable/core"
 	"github.com/gorilla/websocket"
+
+	"github.com/durable-go/durable/cmd/internal/inspectjson"
+	"github.com/durable-go/durable/core"
 )
 
 // S-O8: the inspector's JSON: the catalog's namespaces and the runtime's
@@ -62,11 +64,11 @@ func TestInspect_JSON(t *testing.T) {
 	}
 
 	var obj struct {
-		Name     string         `json:"name"`
-		Resident bool           `json:"resident"`
-		Alarm    *int64         `json:"alarm"`
-		Tables   []inspectTable `json:"tables"`
-		Timers   []inspectTimer `json:"timers"`
+		Name     string              `json:"name"`
+		Resident bool                `json:"resident"`
+		Alarm    *int64              `json:"alarm"`
+		Tables   []inspectjson.Table `json:"tables"`
+		Timers   []inspectTimer      `json:"timers"`
 	}
 	get(t, h, "/inspect/object?ns=lab&name=b", &obj)
 	if obj.Name != "b" || !obj.Resident || obj.Alarm == nil {
@@ -75,11 +77,11 @@ func TestInspect_JSON(t *testing.T) {
 	if len(obj.Timers) != 1 || obj.Timers[0].Key != "" || obj.Timers[0].At != *obj.Alarm || obj.Timers[0].Retries != 0 || obj.Timers[0].Running {
 		t.Errorf("timers %+v, want the alarm, not running, no retries", obj.Timers)
 	}
-	i := slices.IndexFunc(obj.Tables, func(tb inspectTable) bool { return tb.Name == "events" })
+	i := slices.IndexFunc(obj.Tables, func(tb inspectjson.Table) bool { return tb.Name == "events" })
 	if i < 0 || obj.Tables[i].Runtime || !slices.Contains(obj.Tables[i].Columns, "kind") || obj.Tables[i].Rows == 0 {
 		t.Errorf("tables %+v, want events with its columns and rows", obj.Tables)
 	}
-	if !slices.ContainsFunc(obj.Tables, func(tb inspectTable) bool { return tb.Name == "_durable_timers" && tb.Runtime && tb.Rows == 1 }) {
+	if !slices.ContainsFunc(obj.Tables, func(tb inspectjson.Table) bool { return tb.Name == "_durable_timers" && tb.Runtime && tb.Rows == 1 }) {
 		t.Errorf("tables %+v, want _durable_timers marked as the runtime's, one row", obj.Tables)
 	}
 

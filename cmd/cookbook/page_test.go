@@ -20,8 +20,9 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-	"github.com/durable-go/durable/core"
 	"github.com/gorilla/websocket"
+
+	"github.com/durable-go/durable/core"
 )
 
 // findBrowser returns the browser to drive, or fails the test: with the

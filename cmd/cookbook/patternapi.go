@@ -15,13 +15,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gorilla/websocket"
+
 	"github.com/durable-go/durable/core"
 	"github.com/durable-go/durable/patterns/counter"
 	"github.com/durable-go/durable/patterns/inventory"
 	"github.com/durable-go/durable/patterns/limiter"
 	"github.com/durable-go/durable/patterns/room"
 	"github.com/durable-go/durable/patterns/session"
-	"github.com/gorilla/websocket"
 )
 
 // The limiter (the original, L1).

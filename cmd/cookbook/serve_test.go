@@ -12,8 +12,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/durable-go/durable/core"
 	"github.com/gorilla/websocket"
+
+	"github.com/durable-go/durable/core"
 )
 
 // server is serve running in the background on a loopback port.

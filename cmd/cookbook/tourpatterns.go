@@ -14,10 +14,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gorilla/websocket"
+
 	"github.com/durable-go/durable/core"
 	"github.com/durable-go/durable/core/coretest"
 	"github.com/durable-go/durable/patterns/counter"
-	"github.com/gorilla/websocket"
 )
 
 // the original: the coordinator, with the original's reserve (main.go's item).

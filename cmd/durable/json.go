@@ -2,10 +2,9 @@ package main
 
 import (
 	"encoding/json"
-	"fmt"
 	"time"
-	"unicode/utf8"
 
+	"github.com/durable-go/durable/cmd/internal/inspectjson"
 	"github.com/durable-go/durable/core"
 )
 
@@ -66,13 +65,6 @@ type problemJSON struct {
 	Problem   string `json:"problem"`
 }
 
-type tableJSON struct {
-	Name    string   `json:"name"`
-	Columns []string `json:"columns"`
-	Rows    int64    `json:"rows"`
-	Runtime bool     `json:"runtime"`
-}
-
 type webSocketJSON struct {
 	Tags       []string        `json:"tags"`
 	Attachment json.RawMessage `json:"attachment"`
@@ -80,30 +72,27 @@ type webSocketJSON struct {
 
 // objectReportJSON is what inspect reports on one object.
 type objectReportJSON struct {
-	Namespace   string           `json:"namespace"`
-	Name        string           `json:"name"`
-	ID          string           `json:"id"`
-	File        string           `json:"file"`
-	Size        int64            `json:"size"`
-	Created     int64            `json:"created"`
-	Resident    bool             `json:"resident"`
-	Alarm       *int64           `json:"alarm"` // null: none
-	Tables      []tableJSON      `json:"tables"`
-	Timers      []timerJSON      `json:"timers"`
-	DeadLetters []deadLetterJSON `json:"deadLetters"`
-	WebSockets  []webSocketJSON  `json:"webSockets"`
+	Namespace   string              `json:"namespace"`
+	Name        string              `json:"name"`
+	ID          string              `json:"id"`
+	File        string              `json:"file"`
+	Size        int64               `json:"size"`
+	Created     int64               `json:"created"`
+	Resident    bool                `json:"resident"`
+	Alarm       *int64              `json:"alarm"` // null: none
+	Tables      []inspectjson.Table `json:"tables"`
+	Timers      []timerJSON         `json:"timers"`
+	DeadLetters []deadLetterJSON    `json:"deadLetters"`
+	WebSockets  []webSocketJSON     `json:"webSockets"`
 }
 
 func reportJSON(rep core.ObjectReport) objectReportJSON {
 	out := objectReportJSON{Namespace: rep.Namespace, Name: rep.Name, ID: rep.ID, File: rep.File, Size: rep.Size,
-		Created: millis(rep.Created), Resident: rep.Resident, Tables: []tableJSON{}, Timers: []timerJSON{},
+		Created: millis(rep.Created), Resident: rep.Resident, Tables: inspectjson.Tables(rep.Tables), Timers: []timerJSON{},
 		DeadLetters: []deadLetterJSON{}, WebSockets: []webSocketJSON{}}
 	if !rep.Alarm.IsZero() {
 		ms := rep.Alarm.UnixMilli()
 		out.Alarm = &ms
-	}
-	for _, t := range rep.Tables {
-		out.Tables = append(out.Tables, tableJSON{t.Name, t.Columns, t.Rows, t.Runtime})
 	}
 	for _, t := range rep.Timers {
 		out.Timers = append(out.Timers, timerOf("", "", t))
@@ -115,29 +104,6 @@ func reportJSON(rep core.ObjectReport) objectReportJSON {
 		out.WebSockets = append(out.WebSockets, webSocketJSON{ws.Tags, ws.Attachment})
 	}
 	return out
-}
-
-// queryJSON is a query's answer: text as a JSON string, a blob as its text if it is UTF-8, else
-// x'<hex>', as /inspect/sql answers.
-func queryJSON(res core.QueryResult) map[string]any {
-	rows := make([][]any, len(res.Rows))
-	for i, row := range res.Rows {
-		rows[i] = make([]any, len(row))
-		for j, v := range row {
-			if b, ok := v.([]byte); ok {
-				if utf8.Valid(b) {
-					v = string(b)
-				} else {
-					v = fmt.Sprintf("x'%x'", b)
-				}
-			}
-			rows[i][j] = v
-		}
-	}
-	if res.Columns == nil {
-		res.Columns = []string{}
-	}
-	return map[string]any{"columns": res.Columns, "rows": rows, "truncated": res.Truncated}
 }
 
 // millis is t in milliseconds since the epoch, 0 for the zero time.

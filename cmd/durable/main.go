@@ -49,6 +49,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/durable-go/durable/cmd/internal/inspectjson"
 	"github.com/durable-go/durable/core"
 )
 
@@ -423,7 +424,7 @@ func sqlCommand(fs *flag.FlagSet) func(context.Context, *env) error {
 			return e.noObject(err, a[0])
 		}
 		if e.json {
-			return e.output(queryJSON(res), nil, nil)
+			return e.output(inspectjson.Query(res), nil, nil)
 		}
 		rows := make([][]string, len(res.Rows))
 		for i, r := range res.Rows {

@@ -16,8 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/durable-go/durable/core"
 	"github.com/stretchr/testify/require"
+
+	"github.com/durable-go/durable/core"
 )
 
 var binary string
