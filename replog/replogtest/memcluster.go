@@ -371,11 +371,13 @@ func (ls memLeases) Delete(_ context.Context, shard int, rev uint64) error {
 
 type memBeacon struct{ n *MemNode }
 
-// memListener delivers beats to one Listen's fn, one at a time, from its own goroutine.
+// memListener is one Listen's fn, called by Beat itself: a beat is heard before Beat returns, so
+// that tests need not wait for it.
 type memListener struct {
-	n    *MemNode
-	ch   chan []byte
-	done chan struct{}
+	n       *MemNode
+	mu      sync.Mutex // one call of fn at a time; held by stop until calls have ended
+	fn      func([]byte)
+	stopped bool
 }
 
 func (b memBeacon) Beat(_ context.Context, msg []byte) error {
@@ -390,48 +392,39 @@ func (b memBeacon) Beat(_ context.Context, msg []byte) error {
 	}
 	c := b.n.c
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	ls := make([]*memListener, 0, len(c.listeners))
 	for l := range c.listeners {
+		ls = append(ls, l)
+	}
+	c.mu.Unlock()
+	for _, l := range ls {
 		l.n.mu.Lock()
 		deaf := l.n.beaconCut
 		l.n.mu.Unlock()
 		if deaf {
 			continue
 		}
-		select {
-		case l.ch <- bytes.Clone(msg):
-		default: // a listener that falls behind loses beats, as over a slow link
+		l.mu.Lock()
+		if !l.stopped {
+			l.fn(bytes.Clone(msg))
 		}
+		l.mu.Unlock()
 	}
 	return nil
 }
 
 func (b memBeacon) Listen(fn func(msg []byte)) (func(), error) {
-	l := &memListener{n: b.n, ch: make(chan []byte, 256), done: make(chan struct{})}
+	l := &memListener{n: b.n, fn: fn}
 	c := b.n.c
 	c.mu.Lock()
 	c.listeners[l] = struct{}{}
 	c.mu.Unlock()
-	stopped := make(chan struct{})
-	go func() {
-		defer close(l.done)
-		for {
-			select {
-			case <-stopped:
-				return
-			case msg := <-l.ch:
-				fn(msg)
-			}
-		}
-	}()
-	var once sync.Once
 	return func() {
-		once.Do(func() {
-			c.mu.Lock()
-			delete(c.listeners, l)
-			c.mu.Unlock()
-			close(stopped)
-		})
-		<-l.done
+		c.mu.Lock()
+		delete(c.listeners, l)
+		c.mu.Unlock()
+		l.mu.Lock()
+		l.stopped = true
+		l.mu.Unlock()
 	}, nil
 }
