@@ -63,7 +63,7 @@ func (l *countingLeases) Get(ctx context.Context, shard int) (uint64, []byte, er
 	return l.Leases.Get(ctx, shard)
 }
 
-// S-CL4: a call at a node that does not hold the object's shard, while the holder beats, is refused
+// S-CL4, S-CL12: a call at a node that does not hold the object's shard, while the holder beats, is refused
 // from the node's table in memory: no read of the lease through the engine's quorum, so a paused or
 // slow engine does not slow the refusal.
 func TestClusterRefusesFromMemory(t *testing.T) {
@@ -90,7 +90,7 @@ func TestClusterRefusesFromMemory(t *testing.T) {
 	})
 }
 
-// S-CL4: a node that stops beating (dead, or cut off) loses its shards to the survivors once their
+// S-CL12: a node that stops beating (dead, or cut off) loses its shards to the survivors once their
 // leases lapse, without a call: each shard goes to the survivor that rendezvous hashing picks, so a
 // dead node's shards spread over all of them. A call at any survivor then finds the shard held.
 func TestClusterDeadNodesShardsTakenOver(t *testing.T) {
@@ -135,7 +135,7 @@ func TestClusterDeadNodesShardsTakenOver(t *testing.T) {
 	})
 }
 
-// S-CL4: a node that shuts down drains: it takes no shard from then on, refusing with the name of
+// S-CL12: a node that shuts down drains: it takes no shard from then on, refusing with the name of
 // the node that should serve instead, its readiness says so, and each shard's lease goes back as
 // the shard's last object is evicted, so another node takes it at once.
 func TestClusterShutdownDrains(t *testing.T) {
@@ -159,7 +159,7 @@ func TestClusterShutdownDrains(t *testing.T) {
 	})
 }
 
-// S-CL4: a node is not ready until its engine has answered, and says why.
+// S-CL12: a node is not ready until its engine has answered, and says why.
 func TestClusterReadiness(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := replogtest.NewMemCluster()

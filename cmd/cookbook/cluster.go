@@ -42,7 +42,7 @@ func (c *clusterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.external, "nats", "", "cluster mode: URLs of an external JetStream cluster, comma-separated, instead of an embedded node")
 	fs.IntVar(&c.replicas, "replicas", 0, "cluster mode: replicas of each object's log (default 3, or 1 for a cluster of one node)")
 	fs.IntVar(&c.shards, "shards", 16, "cluster mode: streams the objects' logs are spread over; the same on every node, for the life of the data")
-	fs.DurationVar(&c.leaseTTL, "lease", 4*time.Second, "cluster mode: how long an object's lease lasts unrenewed (failover takes about this long)")
+	fs.DurationVar(&c.leaseTTL, "lease", time.Second, "cluster mode: how long a shard's lease lasts unrenewed (failover takes about this long)")
 }
 
 // start starts the embedded node (unless -nats names an external
@@ -100,7 +100,7 @@ func (c *clusterFlags) start(ctx context.Context, dataDir string, log *slog.Logg
 		stop()
 		return nil, nil, fmt.Errorf("cookbook: cluster mode: %w", err)
 	}
-	return &core.Replication{Node: c.node, Log: eng, Leases: eng, LeaseTTL: c.leaseTTL}, func() { nc.Close(); stop() }, nil
+	return &core.Replication{Node: c.node, Log: eng, Leases: eng, Beacon: eng, LeaseTTL: c.leaseTTL}, func() { nc.Close(); stop() }, nil
 }
 
 // explain adds to the error of a shutdown that gave up why it did, when
