@@ -260,7 +260,12 @@ func TestEngine_StreamLeaderKilled(t *testing.T) {
 				results <- outcome{what: what, at: time.Now()}
 				return
 			case err == nil:
-			case ctx.Err() == nil && (errors.Is(err, replog.ErrUnknown) || k != 0 && began < k):
+			case k != 0 && began > k:
+				// Begun after the kill, with no leader or a new one: nothing was in flight, so
+				// the write waits for the new leader and succeeds.
+				results <- outcome{what: what, err: fmt.Errorf("a write begun after the kill failed: %w", err)}
+				return
+			case ctx.Err() == nil && (errors.Is(err, replog.ErrUnknown) || k != 0):
 				// Unknown, or failed for the kill: read what is there, and go on from it.
 				if err := readBack(ctx); err != nil {
 					results <- outcome{what: what, err: err}
@@ -322,7 +327,8 @@ func TestEngine_StreamLeaderKilled(t *testing.T) {
 
 // S-X3: a blob is read while the JetStream meta leader is gone and no other is elected yet: the
 // read takes direct gets from the blob's shard stream, nothing that needs the meta leader (a
-// consumer, as an object store's read makes, does).
+// consumer, as an object store's read makes, does). So are appends, a trim (a purge, which the
+// stream's leader answers), reads and lease writes of a shard whose stream's leader is alive.
 func TestEngine_BlobReadWithoutMetaLeader(t *testing.T) {
 	pc := startProxiedCluster(t)
 	cfg := cluster.Config{Prefix: fmt.Sprintf("t%d", prefixes.Add(1))}
@@ -368,6 +374,34 @@ func TestEngine_BlobReadWithoutMetaLeader(t *testing.T) {
 	if err != nil || !bytes.Equal(got.Bytes(), blob) {
 		t.Fatalf("GetBlob without a meta leader: %d bytes, %v; want the blob", got.Len(), err)
 	}
+	// The log and the lease of the blob's shard are served too.
+	opStart := time.Now()
+	octx, ocancel := context.WithTimeout(ctx, 3*time.Second)
+	defer ocancel()
+	e := es[survivor]
+	seq, err := e.Append(octx, key, 0, []byte("one"))
+	if err == nil {
+		_, err = e.Append(octx, key, seq, []byte("two"))
+	}
+	if err == nil {
+		err = e.Trim(octx, key, seq+1)
+	}
+	var recs []string
+	if err == nil {
+		err = e.Read(octx, key, 0, func(_ uint64, rec []byte) error { recs = append(recs, string(rec)); return nil })
+	}
+	if err != nil || !slices.Equal(recs, []string{"two"}) {
+		t.Fatalf("Append, Trim, Read without a meta leader: %q, %v; want [two]", recs, err)
+	}
+	rev, err := e.Put(octx, shard, []byte("n2"), 0)
+	if err == nil {
+		_, err = e.Put(octx, shard, []byte("n2"), rev)
+	}
+	if err != nil {
+		t.Fatalf("lease Put without a meta leader: %v", err)
+	}
+	metaAfter, _ = pc.nodes[survivor].Leaders()
+	t.Logf("Append, Trim, Read, Put took %v; the survivor's meta leader after: %q", time.Since(opStart).Round(time.Millisecond), metaAfter)
 	if metaAfter != "" && metaAfter != meta {
 		t.Fatalf("a new meta leader (%s) was elected before the read returned: the test shows nothing", metaAfter)
 	}
