@@ -1,7 +1,9 @@
 package cluster_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -208,7 +210,66 @@ func (c *testCluster) beacons(t *testing.T, n int) []replog.Beacon {
 	return bs
 }
 
-// maxNameLen is maxNameLen: the longest object name.
+// A shard's stream keeps one message per lease, however often it is written, and a blob's
+// messages once it is replaced or deleted are its manifest and its own chunks, no older ones.
+func TestEngine_LeaseAndBlobKeepNoOldMessages(t *testing.T) {
+	c := startCluster(t, 1)
+	e := c.engine(t, 0, cluster.Config{Prefix: "lay"})
+	ctx := t.Context()
+	js, err := jetstream.New(c.conn(t, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := func(stream, filter string) (n uint64) {
+		t.Helper()
+		s, err := js.Stream(ctx, stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := s.Info(ctx, jetstream.WithSubjectFilter(filter))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range info.State.Subjects {
+			n += k
+		}
+		return n
+	}
+	var rev uint64
+	for i := range 20 {
+		if rev, err = e.Put(ctx, 2, fmt.Appendf(nil, "renewal %d", i), rev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.Delete(ctx, 2, rev); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Put(ctx, 2, []byte("again"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if n := count("lay_log_2", "lay.log.2.lease"); n != 1 {
+		t.Fatalf("after 22 writes of a lease its stream keeps %d messages of it; want 1", n)
+	}
+	key := "counters/x"
+	stream := fmt.Sprintf("lay_log_%d", e.ShardOf(key))
+	blob := fmt.Sprintf("lay.log.%d.b.%s.", e.ShardOf(key), base64.RawURLEncoding.EncodeToString([]byte("snap")))
+	for _, size := range []int{1 << 20, 600 << 10} { // 4 chunks of 256 KiB, then 3
+		if err := e.PutBlob(ctx, key, "snap", bytes.NewReader(make([]byte, size))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m, chunks := count(stream, blob+"m"), count(stream, blob+"c.*"); m != 1 || chunks != 3 {
+		t.Fatalf("after a blob was replaced by one of 3 chunks, its stream keeps %d manifests and %d chunks of it; want 1 and 3", m, chunks)
+	}
+	if err := e.DeleteBlob(ctx, key, "snap"); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(stream, blob+">"); n != 0 {
+		t.Fatalf("after DeleteBlob its stream keeps %d messages of the blob; want 0", n)
+	}
+}
+
+// maxNameLen is core.MaxNameLen
 const maxNameLen = 1024
 
 // S-X1: a closed connection is an unknown outcome; bad input is a clear error that appends nothing.
