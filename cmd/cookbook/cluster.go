@@ -45,6 +45,10 @@ func (c *clusterFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.leaseTTL, "lease", time.Second, "cluster mode: how long a shard's lease lasts unrenewed (failover takes about this long)")
 }
 
+// drainGrace bounds the hand-over of the embedded node's raft leaderships
+// at a planned stop.
+const drainGrace = 5 * time.Second
+
 // start starts the embedded node (unless -nats names an external
 // cluster), connects to it and returns the runtime's Replication and a
 // stop function to call once the runtime is shut down. Without -node it
@@ -83,6 +87,14 @@ func (c *clusterFlags) start(ctx context.Context, dataDir string, log *slog.Logg
 	}
 	stop := func() {
 		if node != nil {
+			// A planned stop: hand this node's raft leaderships over first, so
+			// that no shard's log waits out an election (the runtime's
+			// Shutdown has handed its shards back already).
+			ctx, cancel := context.WithTimeout(context.Background(), drainGrace)
+			defer cancel()
+			if err := node.Drain(ctx); err != nil {
+				log.Warn("cluster mode: the JetStream node stops without handing all its leaderships over", "error", err)
+			}
 			node.Shutdown()
 		}
 	}
