@@ -90,7 +90,7 @@ func (c *jsCluster) runtime(b *testing.B, i int, ttl time.Duration, edit ...func
 		b.Fatal(err)
 	}
 	opts := core.Options{Dir: b.TempDir(), Logger: slog.New(slog.DiscardHandler), IdleTimeout: time.Hour,
-		Replication: &core.Replication{Node: c.cfgs[i].Name, Log: eng, Leases: eng, LeaseTTL: ttl}}
+		Replication: &core.Replication{Node: c.cfgs[i].Name, Log: eng, Leases: eng, Beacon: eng, LeaseTTL: ttl}}
 	for _, e := range edit {
 		e(&opts)
 	}

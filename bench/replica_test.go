@@ -33,7 +33,7 @@ func increment(ctx context.Context, st *core.State) error {
 func clusterNode(b *testing.B, c *replogtest.MemCluster, name string, every int, sync ...string) *core.Runtime {
 	v := c.Node()
 	rt, err := core.Open(core.Options{Dir: b.TempDir(), Logger: slog.New(slog.DiscardHandler), Synchronous: append(sync, "")[0],
-		Replication: &core.Replication{Node: name, Log: v.Log(), Leases: v.Leases(), SnapshotEvery: every}})
+		Replication: &core.Replication{Node: name, Log: v.Log(), Leases: v.Leases(), Beacon: v.Beacon(), SnapshotEvery: every}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -205,7 +205,7 @@ func BenchmarkReplicaActivate(b *testing.B) {
 				opts := core.Options{Dir: dir, Logger: slog.New(slog.DiscardHandler)}
 				if mode == "cluster" {
 					v := c.Node()
-					opts.Replication = &core.Replication{Node: "n1", Log: v.Log(), Leases: v.Leases(), SnapshotEvery: 1 << 30}
+					opts.Replication = &core.Replication{Node: "n1", Log: v.Log(), Leases: v.Leases(), Beacon: v.Beacon(), SnapshotEvery: 1 << 30}
 				}
 				rt, err := core.Open(opts)
 				if err != nil {

@@ -38,7 +38,13 @@ func TestEngine_LogContract3Nodes(t *testing.T) {
 // S-X4: the engine keeps replog.Leases' contract on three nodes.
 func TestEngine_LeasesContract3Nodes(t *testing.T) {
 	c := sharedCluster(t)
-	replogtest.LeasesContract(t, func(t *testing.T) replog.Leases { return c.engine(t, rand.IntN(3), cluster.Config{}) })
+	replogtest.LeasesContract(t, func(t *testing.T) replog.Leases { return c.engine(t, rand.IntN(3), cluster.Config{Shards: 16}) })
+}
+
+// The engine keeps replog.Beacon's contract on three nodes: an engine on each hears every beat.
+func TestEngine_BeaconContract3Nodes(t *testing.T) {
+	c := sharedCluster(t)
+	replogtest.BeaconContract(t, func(t *testing.T, n int) []replog.Beacon { return c.beacons(t, n) })
 }
 
 // S-X1: writers on different nodes race on one key: exactly one wins each expected sequence, and
@@ -151,13 +157,13 @@ func TestEngine_BlobLargerThanMaxPayload(t *testing.T) {
 			blob[i] = byte(r.Uint32())
 		}
 		name := fmt.Sprintf("snapshots/counters/x%d", round)
-		if err := es[round%3].PutBlob(ctx, name, bytes.NewReader(blob)); err != nil {
+		if err := es[round%3].PutBlob(ctx, "counters/x", name, bytes.NewReader(blob)); err != nil {
 			t.Fatalf("PutBlob of 20 MiB: %v", err)
 		}
 		want := sha256.Sum256(blob)
 		for _, j := range []int{(round + 1) % 3, (round + 2) % 3} {
 			h := sha256.New()
-			if err := es[j].GetBlob(ctx, name, h); err != nil {
+			if err := es[j].GetBlob(ctx, "counters/x", name, h); err != nil {
 				t.Fatalf("round %d: GetBlob on node %d right after PutBlob on node %d: %v", round, j, round%3, err)
 			}
 			if !bytes.Equal(h.Sum(nil), want[:]) {
@@ -165,13 +171,13 @@ func TestEngine_BlobLargerThanMaxPayload(t *testing.T) {
 			}
 		}
 	}
-	if err := es[2].DeleteBlob(ctx, "snapshots/counters/x0"); err != nil {
+	if err := es[2].DeleteBlob(ctx, "counters/x", "snapshots/counters/x0"); err != nil {
 		t.Fatal(err)
 	}
-	if err := es[0].GetBlob(ctx, "snapshots/counters/x0", io.Discard); !errors.Is(err, replog.ErrNoBlob) {
+	if err := es[0].GetBlob(ctx, "counters/x", "snapshots/counters/x0", io.Discard); !errors.Is(err, replog.ErrNoBlob) {
 		t.Fatalf("GetBlob after DeleteBlob on another node: %v; want replog.ErrNoBlob", err)
 	}
-	if err := es[0].DeleteBlob(ctx, "snapshots/counters/x0"); err != nil {
+	if err := es[0].DeleteBlob(ctx, "counters/x", "snapshots/counters/x0"); err != nil {
 		t.Fatalf("DeleteBlob of a blob already deleted: %v; want nil", err)
 	}
 }
@@ -183,11 +189,11 @@ func TestEngine_LeaseReadYourWritesAcrossNodes(t *testing.T) {
 	ctx := t.Context()
 	var rev uint64
 	for i := range 30 {
-		r, err := es[i%3].Put(ctx, "counters/x", fmt.Appendf(nil, "n%d", i%3), rev)
+		r, err := es[i%3].Put(ctx, 1, fmt.Appendf(nil, "n%d", i%3), rev)
 		if err != nil {
 			t.Fatalf("Put %d at %d: %v", i, rev, err)
 		}
-		got, val, err := es[(i+1)%3].Get(ctx, "counters/x")
+		got, val, err := es[(i+1)%3].Get(ctx, 1)
 		if err != nil || got != r || string(val) != fmt.Sprintf("n%d", i%3) {
 			t.Fatalf("Get on the next node after Put %d = %d, %q, %v; want %d, n%d", i, got, val, err, r, i%3)
 		}

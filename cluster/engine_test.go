@@ -1,7 +1,9 @@
 package cluster_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,7 +19,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/durable-go/durable/cluster"
-	"github.com/durable-go/durable/core"
 	"github.com/durable-go/durable/internal/loopback"
 	"github.com/durable-go/durable/replog"
 	"github.com/durable-go/durable/replog/replogtest"
@@ -188,21 +189,112 @@ func TestEngine_LogContract1Node(t *testing.T) {
 // S-X4: the engine keeps replog.Leases' contract on one node.
 func TestEngine_LeasesContract1Node(t *testing.T) {
 	c := startCluster(t, 1)
-	replogtest.LeasesContract(t, func(t *testing.T) replog.Leases { return c.engine(t, 0, cluster.Config{}) })
+	replogtest.LeasesContract(t, func(t *testing.T) replog.Leases { return c.engine(t, 0, cluster.Config{Shards: 16}) })
 }
+
+// The engine keeps replog.Beacon's contract on one node: every engine over the node, of one
+// prefix, hears every beat.
+func TestEngine_BeaconContract1Node(t *testing.T) {
+	c := startCluster(t, 1)
+	replogtest.BeaconContract(t, func(t *testing.T, n int) []replog.Beacon { return c.beacons(t, n) })
+}
+
+// beacons returns n engines of one prefix, over connections to the nodes in turn.
+func (c *testCluster) beacons(t *testing.T, n int) []replog.Beacon {
+	t.Helper()
+	cfg := cluster.Config{Prefix: fmt.Sprintf("t%d", prefixes.Add(1))}
+	bs := make([]replog.Beacon, n)
+	for i := range bs {
+		bs[i] = c.engine(t, i%len(c.nodes), cfg)
+	}
+	return bs
+}
+
+// A shard's stream keeps one message per lease, however often it is written, and a blob's
+// messages once it is replaced or deleted are its manifest and its own chunks, no older ones.
+func TestEngine_LeaseAndBlobKeepNoOldMessages(t *testing.T) {
+	c := startCluster(t, 1)
+	e := c.engine(t, 0, cluster.Config{Prefix: "lay"})
+	ctx := t.Context()
+	js, err := jetstream.New(c.conn(t, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := func(stream, filter string) (n uint64) {
+		t.Helper()
+		s, err := js.Stream(ctx, stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := s.Info(ctx, jetstream.WithSubjectFilter(filter))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range info.State.Subjects {
+			n += k
+		}
+		return n
+	}
+	var rev uint64
+	for i := range 20 {
+		if rev, err = e.Put(ctx, 2, fmt.Appendf(nil, "renewal %d", i), rev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.Delete(ctx, 2, rev); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Put(ctx, 2, []byte("again"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if n := count("lay_log_2", "lay.log.2.lease"); n != 1 {
+		t.Fatalf("after 22 writes of a lease its stream keeps %d messages of it; want 1", n)
+	}
+	key := "counters/x"
+	stream := fmt.Sprintf("lay_log_%d", e.ShardOf(key))
+	blob := fmt.Sprintf("lay.log.%d.b.%s.", e.ShardOf(key), base64.RawURLEncoding.EncodeToString([]byte("snap")))
+	for _, size := range []int{1 << 20, 600 << 10} { // 4 chunks of 256 KiB, then 3
+		if err := e.PutBlob(ctx, key, "snap", bytes.NewReader(make([]byte, size))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m, chunks := count(stream, blob+"m"), count(stream, blob+"c.*"); m != 1 || chunks != 3 {
+		t.Fatalf("after a blob was replaced by one of 3 chunks, its stream keeps %d manifests and %d chunks of it; want 1 and 3", m, chunks)
+	}
+	if err := e.DeleteBlob(ctx, key, "snap"); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(stream, blob+">"); n != 0 {
+		t.Fatalf("after DeleteBlob its stream keeps %d messages of the blob; want 0", n)
+	}
+}
+
+// maxNameLen is core.MaxNameLen
+const maxNameLen = 1024
 
 // S-X1: a closed connection is an unknown outcome; bad input is a clear error that appends nothing.
 func TestEngine_BadInput(t *testing.T) {
 	c := startCluster(t, 1)
 	e := c.engine(t, 0, cluster.Config{})
 	ctx := t.Context()
-	for _, key := range []string{"", string(make([]byte, 64+1+core.MaxNameLen+1))} {
+	for _, key := range []string{"", string(make([]byte, 64+1+maxNameLen+1))} {
 		if _, err := e.Append(ctx, key, 0, []byte("x")); err == nil || errors.Is(err, replog.ErrConflict) || errors.Is(err, replog.ErrUnknown) {
 			t.Errorf("Append to a key of %d bytes: %v; want a plain error", len(key), err)
 		}
-		if _, err := e.Put(ctx, key, []byte("x"), 0); err == nil || errors.Is(err, replog.ErrLeaseConflict) {
-			t.Errorf("Put to a key of %d bytes: %v; want a plain error", len(key), err)
+		if err := e.PutBlob(ctx, key, "snap", strings.NewReader("x")); err == nil {
+			t.Errorf("PutBlob of a key of %d bytes: nil error", len(key))
 		}
+	}
+	for _, shard := range []int{-1, e.Shards()} {
+		if _, err := e.Put(ctx, shard, []byte("x"), 0); err == nil || errors.Is(err, replog.ErrLeaseConflict) {
+			t.Errorf("Put to shard %d of %d: %v; want a plain error", shard, e.Shards(), err)
+		}
+		if _, _, err := e.Get(ctx, shard); err == nil {
+			t.Errorf("Get of shard %d of %d: nil error", shard, e.Shards())
+		}
+	}
+	if err := e.Beat(ctx, make([]byte, replog.MaxBeatBytes+1)); err == nil {
+		t.Errorf("Beat of MaxBeatBytes+1: nil error")
 	}
 	big := make([]byte, cluster.MaxRecord+1)
 	if _, err := e.Append(ctx, "counters/big", 0, big); err == nil || errors.Is(err, replog.ErrUnknown) {
@@ -215,7 +307,7 @@ func TestEngine_BadInput(t *testing.T) {
 	if _, err := e.Append(ctx, "counters/big", 0, big[1:]); err != nil {
 		t.Fatalf("Append of MaxRecord bytes: %v", err)
 	}
-	for _, cfg := range []cluster.Config{{Replicas: 7}, {Shards: -1}, {Prefix: "a.b"}, {Timeout: -1}} {
+	for _, cfg := range []cluster.Config{{Replicas: 7}, {Shards: -1}, {Prefix: "a.b"}, {Timeout: -1}, {AttemptTimeout: -1}} {
 		if _, err := cluster.New(ctx, c.conn(t, 0), cfg); err == nil {
 			t.Errorf("New(%+v): nil error", cfg)
 		}
@@ -237,15 +329,15 @@ func TestEngine_BadInput(t *testing.T) {
 	}
 }
 
-// S-X1, S-X4: every key the runtime makes (a namespace of up to 64 bytes, '/', an object name of up
-// to core.MaxNameLen bytes, each byte of it maybe escaped in the subject) is a key of the log and
-// of the leases, and names its snapshots' blobs.
+// S-X1: every key the runtime makes (a namespace of up to 64 bytes, '/', an object name of up to
+// core.MaxNameLen bytes, each byte of it maybe escaped in the subject) is a key of the log, and
+// names its snapshots' blobs.
 func TestEngine_LongestRuntimeKey(t *testing.T) {
 	c := startCluster(t, 1)
 	e := c.engine(t, 0, cluster.Config{})
 	ctx := t.Context()
 	ns := strings.Repeat("n", 64)
-	for _, name := range []string{strings.Repeat("a", core.MaxNameLen), strings.Repeat("é", core.MaxNameLen/2)} {
+	for _, name := range []string{strings.Repeat("a", maxNameLen), strings.Repeat("é", maxNameLen/2)} {
 		key := ns + "/" + name
 		seq, err := e.Append(ctx, key, 0, []byte("x"))
 		if err != nil {
@@ -254,28 +346,18 @@ func TestEngine_LongestRuntimeKey(t *testing.T) {
 		if last, rec, err := e.Last(ctx, key); err != nil || last != seq || string(rec) != "x" {
 			t.Fatalf("Last of a key of %d bytes: %d, %q, %v; want %d", len(key), last, rec, err, seq)
 		}
-		rev, err := e.Put(ctx, key, []byte("n1"), 0)
-		if err != nil {
-			t.Fatalf("Put to a key of %d bytes: %v", len(key), err)
-		}
-		if got, v, err := e.Get(ctx, key); err != nil || got != rev || string(v) != "n1" {
-			t.Fatalf("Get of a key of %d bytes: %d, %q, %v; want %d", len(key), got, v, err, rev)
-		}
-		if err := e.Delete(ctx, key, rev); err != nil {
-			t.Fatalf("Delete of a key of %d bytes: %v", len(key), err)
-		}
 		blob := key + "/snapshot-0123456789abcdef" // as the runtime names a snapshot
-		if err := e.PutBlob(ctx, blob, strings.NewReader("db")); err != nil {
+		if err := e.PutBlob(ctx, key, blob, strings.NewReader("db")); err != nil {
 			t.Fatalf("PutBlob of a name of %d bytes: %v", len(blob), err)
 		}
 		var got strings.Builder
-		if err := e.GetBlob(ctx, blob, &got); err != nil || got.String() != "db" {
+		if err := e.GetBlob(ctx, key, blob, &got); err != nil || got.String() != "db" {
 			t.Fatalf("GetBlob of a name of %d bytes: %q, %v", len(blob), got.String(), err)
 		}
 	}
 }
 
-// S-X7: New against streams and buckets that are there with the engine's settings leaves them
+// S-X7: New against streams that are there with the engine's settings leaves them
 // alone (no request that goes through the JetStream meta leader: one round each, which nodes
 // starting together would pay for every stream on every try); it creates only those missing and
 // updates only those whose settings differ.
@@ -407,8 +489,8 @@ func TestNew_SaysWhatItWaitsFor(t *testing.T) {
 		cancel() // once it says it waits, stop it
 	})
 	_, err = cluster.New(ctx, nc, cluster.Config{Shards: 4, Prefix: "t", Timeout: time.Second, Logger: slog.New(handler)})
-	if err == nil || !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "0 of 6 streams and buckets ready") {
-		t.Fatalf("New without a quorum: %v; want how many of the 6 are ready, and context.Canceled", err)
+	if err == nil || !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "0 of 4 streams ready") {
+		t.Fatalf("New without a quorum: %v; want how many of the 4 are ready, and context.Canceled", err)
 	}
 	if len(logged) == 0 || !strings.Contains(logged[0], "waiting for JetStream") || !strings.Contains(logged[0], "waiting for stream t_log_0") {
 		t.Fatalf("New without a quorum logged %q; want what it waits for", logged)

@@ -21,7 +21,7 @@ func TestEngine_ConcurrentLeaseReads(t *testing.T) {
 	c := sharedCluster(t)
 	es := c.engines(t)
 	for k := range 3 {
-		if _, err := es[0].Put(t.Context(), fmt.Sprintf("obj/%d", k), []byte("n1"), 0); err != nil {
+		if _, err := es[0].Put(t.Context(), k, []byte("n1"), 0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -32,7 +32,7 @@ func TestEngine_ConcurrentLeaseReads(t *testing.T) {
 			wg.Go(func() {
 				ctx, cancel := context.WithTimeout(t.Context(), 1500*time.Millisecond)
 				defer cancel()
-				if _, v, err := es[g%3].Get(ctx, fmt.Sprintf("obj/%d", g%3)); err != nil || string(v) != "n1" {
+				if _, v, err := es[g%3].Get(ctx, g%3); err != nil || string(v) != "n1" {
 					errs <- fmt.Errorf("round %d, reader %d: %q, %v", round, g, v, err)
 				}
 			})

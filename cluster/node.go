@@ -12,11 +12,18 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nuid"
 )
 
 // MaxPayload is the largest message a node started by StartNode accepts (8 MiB), so that a commit
 // record of several MiB fits in one message.
 const MaxPayload = 8 << 20
+
+// The users of an embedded node.
+const (
+	appUser    = "durable"
+	systemUser = "durable-system"
+)
 
 // NodeConfig configures an embedded JetStream node.
 type NodeConfig struct {
@@ -61,8 +68,10 @@ type NodeConfig struct {
 // JetStream meta group (every second, from a goroutine that Shutdown stops): it logs a peer lost
 // and back, and its quorum lost and back, once each, and Quorum says whether it has one.
 type Node struct {
-	srv   *server.Server
-	watch *peerWatch // nil for a node without a cluster
+	srv     *server.Server
+	watch   *peerWatch // nil for a node without a cluster
+	log     *slog.Logger
+	sysPass string // the system user's password, for requests of the system account (Drain)
 
 	stopOnce sync.Once
 	stop     chan struct{} // closed by Shutdown
@@ -95,6 +104,19 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 		NoSigs:     true,
 		NoLog:      cfg.Logger == nil,
 	}
+	// Clients that give no credentials (as Connect's) are the application's user, in the default
+	// account, as they would be with no users at all; the system user, whose password is the
+	// process's secret, lets Drain ask the JetStream meta leader to step down, which only the
+	// system account may.
+	sysPass := nuid.Next() + nuid.Next()
+	sys := server.NewAccount(server.DEFAULT_SYSTEM_ACCOUNT)
+	opts.Accounts = []*server.Account{sys}
+	opts.SystemAccount = server.DEFAULT_SYSTEM_ACCOUNT
+	opts.Users = []*server.User{
+		{Username: appUser, Password: nuid.Next() + nuid.Next()},
+		{Username: systemUser, Password: sysPass, Account: sys},
+	}
+	opts.NoAuthUser = appUser
 	if cfg.ClusterName != "" {
 		opts.Cluster = server.ClusterOpts{
 			Name:        cfg.ClusterName,
@@ -130,7 +152,7 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 		srv.WaitForShutdown()
 		return nil, fmt.Errorf("cluster: StartNode %s: not ready for connections within 30 s", cfg.Name)
 	}
-	n := &Node{srv: srv, stop: make(chan struct{}), done: make(chan struct{})}
+	n := &Node{srv: srv, log: log, sysPass: sysPass, stop: make(chan struct{}), done: make(chan struct{})}
 	if cfg.ClusterName == "" {
 		close(n.done)
 		return n, nil

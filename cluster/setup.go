@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// The engine's streams and buckets (its parts) are made ready each on its own, all at once: a part
+// The engine's streams (its parts: one per shard) are made ready each on its own, all at once: a part
 // is looked up first (its stream's leader answers), created only if it is missing and updated
 // only if its settings are not the engine's, then probed through its quorum. A part that is ready
 // stays ready, and a part's attempt is bounded by Config.Timeout alone, so a slow part (a stream
@@ -20,7 +20,7 @@ import (
 // costs the JetStream meta leader one round per part that was missing, never one per part and per
 // try.
 
-// part is one stream or bucket of the engine's.
+// part is one stream of the engine's.
 type part struct {
 	name  string                          // as it is reported: "stream durable_log_3"
 	ready func(ctx context.Context) error // one attempt at making it ready
@@ -95,7 +95,7 @@ func (e *Engine) setUp(ctx context.Context) error {
 				first = parts[i].name + ": " + s.err.Error()
 			}
 		}
-		msg := fmt.Sprintf("%d of %d streams and buckets ready", len(parts)-len(waiting), len(parts))
+		msg := fmt.Sprintf("%d of %d streams ready", len(parts)-len(waiting), len(parts))
 		if len(waiting) > 0 {
 			msg += "; waiting for " + nameSome(waiting, 4)
 			if first != "" {
@@ -116,7 +116,7 @@ func (e *Engine) setUp(ctx context.Context) error {
 				return fmt.Errorf("%s (%w)", msg, ctx.Err())
 			}
 			if said {
-				log.Info("cluster: JetStream is ready", "streams_and_buckets", len(parts), "after", time.Since(start).Round(time.Millisecond))
+				log.Info("cluster: JetStream is ready", "streams", len(parts), "after", time.Since(start).Round(time.Millisecond))
 			}
 			return nil
 		case <-failed:
@@ -146,22 +146,20 @@ func nameSome(names []string, n int) string {
 	return fmt.Sprintf("%s and %d more", strings.Join(names[:n], ", "), len(names)-n)
 }
 
-// parts lists the engine's streams and buckets: the log's shards, the leases, the blobs.
+// parts lists the engine's streams, one per shard. (A bucket of leases and an object store of
+// blobs that an earlier version made are left as they are.)
 func (e *Engine) parts() []part {
 	var ps []part
 	for shard := range e.cfg.Shards {
 		ps = append(ps, part{"stream " + e.streamName(shard), func(ctx context.Context) error { return e.readyShard(ctx, shard) }})
 	}
-	ps = append(ps,
-		part{"bucket " + e.kvName, e.readyLeases},
-		part{"object store " + e.objBucket, e.readyBlobs})
 	return ps
 }
 
 // lookUp asks for a stream's configuration. A server that cannot answer yet (no leader for
-// JetStream or for the stream) answers nothing, so each request gets at most attemptTimeout.
+// JetStream or for the stream) answers nothing, so each request gets at most AttemptTimeout.
 func (e *Engine) lookUp(ctx context.Context, stream string) (jetstream.Stream, error) {
-	ctx, cancel := context.WithTimeout(ctx, attemptTimeout)
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.AttemptTimeout)
 	defer cancel()
 	s, err := e.js.Stream(ctx, stream)
 	if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -185,6 +183,7 @@ func (e *Engine) shardConfig(shard int) jetstream.StreamConfig {
 		MaxMsgsPerSubject: -1,
 		AllowDirect:       true, // reads from any replica, batched
 		AllowMsgTTL:       true, // read barriers go away by themselves
+		AllowRollup:       true, // one message per lease and per blob manifest
 		DenyDelete:        true,
 	}
 }
@@ -196,7 +195,7 @@ func sameSettings(have, want jetstream.StreamConfig) bool {
 		have.Replicas == want.Replicas && have.Retention == want.Retention && have.Discard == want.Discard &&
 		have.MaxMsgs == want.MaxMsgs && have.MaxBytes == want.MaxBytes && have.MaxAge == want.MaxAge &&
 		have.MaxMsgsPerSubject == want.MaxMsgsPerSubject && have.AllowDirect == want.AllowDirect &&
-		have.AllowMsgTTL == want.AllowMsgTTL && have.DenyDelete == want.DenyDelete
+		have.AllowMsgTTL == want.AllowMsgTTL && have.AllowRollup == want.AllowRollup && have.DenyDelete == want.DenyDelete
 }
 
 // readyShard makes a shard's stream ready: created if missing, updated if its settings are not the
@@ -222,96 +221,5 @@ func (e *Engine) readyShard(ctx context.Context, shard int) error {
 	if _, _, _, err = e.confirmedLast(ctx, want.Name, base+"=probe", base+"=sync"); err != nil {
 		return fmt.Errorf("probe: %w", err)
 	}
-	return nil
-}
-
-// leasesConfig is the configuration of the leases' stream: a key-value bucket's, as
-// jetstream.CreateKeyValue makes it (one value per key), that lets its messages carry a TTL (read
-// barriers do). Creating it so at once leaves no update to race with another node's creation.
-func (e *Engine) leasesConfig() jetstream.StreamConfig {
-	return jetstream.StreamConfig{
-		Name:              e.kvStrm,
-		Subjects:          []string{"$KV." + e.kvName + ".>"},
-		MaxMsgsPerSubject: 1,
-		MaxBytes:          -1,
-		MaxMsgSize:        -1,
-		Storage:           jetstream.FileStorage,
-		Replicas:          e.cfg.Replicas,
-		AllowRollup:       true,
-		DenyDelete:        true,
-		Duplicates:        2 * time.Minute,
-		MaxMsgs:           -1,
-		MaxConsumers:      -1,
-		AllowDirect:       true,
-		Discard:           jetstream.DiscardNew,
-		AllowMsgTTL:       true,
-	}
-}
-
-// readyLeases makes the bucket of leases ready. A bucket made before it was created with TTLs
-// allowed gets them allowed, and is otherwise left as it is: an update with the bucket's
-// configuration would take back the TTLs that its stream's messages carry.
-func (e *Engine) readyLeases(ctx context.Context) error {
-	s, err := e.lookUp(ctx, e.kvStrm)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		if _, err := e.js.CreateStream(ctx, e.leasesConfig()); err != nil {
-			return fmt.Errorf("create: %w", err)
-		}
-	} else if err != nil {
-		return err
-	} else if cfg := s.CachedInfo().Config; !cfg.AllowMsgTTL {
-		cfg.AllowMsgTTL = true
-		if _, err := e.js.UpdateStream(ctx, cfg); err != nil {
-			return fmt.Errorf("update: %w", err)
-		}
-	}
-	if _, _, _, err = e.getLeaseMarker(ctx, "$KV."+e.kvName+".=probe"); err != nil {
-		return fmt.Errorf("probe: %w", err)
-	}
-	return nil
-}
-
-// blobsConfig is the configuration of the blobs' stream: an object store's, as
-// jetstream.CreateObjectStore makes it, but for reads of a blob's description, which go to the
-// stream's leader, not to any replica (which may be behind, and would then answer with an older
-// blob or none).
-func (e *Engine) blobsConfig() jetstream.StreamConfig {
-	return jetstream.StreamConfig{
-		Name:        "OBJ_" + e.objBucket,
-		Subjects:    []string{"$O." + e.objBucket + ".C.>", "$O." + e.objBucket + ".M.>"},
-		MaxBytes:    -1,
-		Storage:     jetstream.FileStorage,
-		Replicas:    e.cfg.Replicas,
-		Discard:     jetstream.DiscardNew,
-		AllowRollup: true,
-		AllowDirect: false,
-	}
-}
-
-// readyBlobs makes the object store of blobs ready. One made before it was created without direct
-// reads gets them turned off.
-func (e *Engine) readyBlobs(ctx context.Context) error {
-	want := e.blobsConfig()
-	s, err := e.lookUp(ctx, want.Name)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		if _, err := e.js.CreateStream(ctx, want); err != nil {
-			return fmt.Errorf("create: %w", err)
-		}
-	} else if err != nil {
-		return err
-	} else if cfg := s.CachedInfo().Config; cfg.AllowDirect {
-		cfg.AllowDirect = false
-		if _, err := e.js.UpdateStream(ctx, cfg); err != nil {
-			return fmt.Errorf("update: %w", err)
-		}
-	}
-	objects, err := e.js.ObjectStore(ctx, e.objBucket)
-	if err != nil {
-		return fmt.Errorf("look up: %w", err)
-	}
-	if _, err := objects.GetInfo(ctx, "=probe"); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
-		return fmt.Errorf("probe: %w", err)
-	}
-	e.objects = objects
 	return nil
 }

@@ -42,7 +42,7 @@ func openNode(t *testing.T, c *replogtest.MemCluster, name string, edit ...func(
 	t.Helper()
 	n := &node{view: c.Node(), dir: t.TempDir()}
 	opts := core.Options{Dir: n.dir, Logger: slog.New(slog.DiscardHandler),
-		Replication: &core.Replication{Node: name, Log: n.view.Log(), Leases: n.view.Leases(), LeaseTTL: clusterTTL}}
+		Replication: &core.Replication{Node: name, Log: n.view.Log(), Leases: n.view.Leases(), Beacon: n.view.Beacon(), LeaseTTL: clusterTTL}}
 	for _, e := range edit {
 		e(&opts)
 	}
@@ -151,9 +151,9 @@ func TestClusterTakeoverAfterExpiry(t *testing.T) {
 	})
 }
 
-// S-CL4: the leases a node refused calls for are remembered while calls keep coming and forgotten
-// 2 LeaseTTL after the last one, so that refusals for many objects do not pile up; one forgotten
-// and asked for again is timed afresh before it is taken over.
+// S-CL4: the shard leases a node refused calls for are remembered while calls keep coming (or
+// while their holder's beats name them) and forgotten 2 LeaseTTL after the last, so that refusals
+// do not pile up; one forgotten and asked for again is timed afresh before it is taken over.
 func TestClusterForgetsLeasesNoLongerAskedFor(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := replogtest.NewMemCluster()
@@ -161,16 +161,25 @@ func TestClusterForgetsLeasesNoLongerAskedFor(t *testing.T) {
 		n2 := openNode(t, c, "n2")
 		defer n2.rt.Close()
 		const objects = 50
+		shards := map[int]bool{}
 		for i := range objects {
 			require.NoError(t, n1.put("o"+strconv.Itoa(i), "k", "v"))
+			shards[c.ShardOf("kv/o"+strconv.Itoa(i))] = true
 		}
 		for i := range objects {
 			_, err := n2.get("o"+strconv.Itoa(i), "k")
 			require.ErrorIs(t, err, core.ErrNotOwner)
 		}
-		require.Equal(t, int64(objects), n2.rt.Stats().Cluster.WatchedLeases)
+		require.Equal(t, int64(len(shards)), n2.rt.Stats().Cluster.WatchedLeases)
+		other := "" // an object in another shard than o0's
+		for i := 1; other == ""; i++ {
+			if c.ShardOf("kv/o"+strconv.Itoa(i)) != c.ShardOf("kv/o0") {
+				other = "o" + strconv.Itoa(i)
+			}
+		}
 
-		// Node 1 goes silent. Calls for o0 keep its lease watched; the others are forgotten.
+		// Node 1 is cut off from the engine: its beats stop naming the leases it cannot renew.
+		// Calls for o0 keep its shard's lease watched; the others are forgotten.
 		n1.view.CutLog(true)
 		n1.view.CutLeases(true)
 		for range 4 {
@@ -184,15 +193,15 @@ func TestClusterForgetsLeasesNoLongerAskedFor(t *testing.T) {
 		v, err := n2.get("o0", "k")
 		require.NoError(t, err, "o0, watched all along, is taken over once LeaseTTL has passed")
 		require.Equal(t, "v", v)
-		require.Equal(t, int64(objects-1), n2.rt.Stats().Cluster.WatchedLeases, "o0 is held now; o1.. are remembered")
+		require.Equal(t, int64(len(shards)-1), n2.rt.Stats().Cluster.WatchedLeases, "o0's shard is held now; the others are remembered")
 		time.Sleep(2*clusterTTL + clusterTTL/2)
-		require.Equal(t, int64(0), n2.rt.Stats().Cluster.WatchedLeases, "o1.. were forgotten")
+		require.Equal(t, int64(0), n2.rt.Stats().Cluster.WatchedLeases, "the others were forgotten")
 
-		// o1 was forgotten: its lease, unrenewed for 3 LeaseTTL by now, is timed afresh.
-		_, err = n2.get("o1", "k")
+		// The other shard was forgotten: its lease, unrenewed for 3 LeaseTTL by now, is timed afresh.
+		_, err = n2.get(other, "k")
 		require.ErrorIs(t, err, core.ErrNotOwner, "a forgotten lease is timed afresh")
 		time.Sleep(clusterTTL)
-		v, err = n2.get("o1", "k")
+		v, err = n2.get(other, "k")
 		require.NoError(t, err)
 		require.Equal(t, "v", v)
 		n1.rt.Close()
@@ -347,7 +356,8 @@ func TestClusterPausedOwnerFenced(t *testing.T) {
 				return g.st.Storage().Put(ctx, "other", []byte("x"))
 			})
 		}()
-		n1.view.CutLeases(true) // node 1 pauses: no renewals
+		n1.view.CutLeases(true) // node 1 pauses: no renewals, no beats
+		n1.view.CutBeacon(true)
 		_, err = read(web2)
 		require.ErrorIs(t, err, core.ErrNotOwner)
 		time.Sleep(clusterTTL)
@@ -847,7 +857,8 @@ func TestClusterFencedTurnGoesOn(t *testing.T) {
 			})
 		}()
 		<-entered
-		n1.view.CutLeases(true)
+		n1.view.CutLeases(true) // node 1 pauses: no renewals, no beats
+		n1.view.CutBeacon(true)
 		_, err := n2.get("acct", "balance")
 		require.ErrorIs(t, err, core.ErrNotOwner)
 		time.Sleep(clusterTTL)
@@ -1085,8 +1096,8 @@ type lostAckLeases struct {
 	lose int
 }
 
-func (l *lostAckLeases) Put(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
-	nrev, err := l.Leases.Put(ctx, key, value, rev)
+func (l *lostAckLeases) Put(ctx context.Context, shard int, value []byte, rev uint64) (uint64, error) {
+	nrev, err := l.Leases.Put(ctx, shard, value, rev)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err == nil && l.lose > 0 {
@@ -1165,12 +1176,12 @@ type slowLeases struct {
 	delay time.Duration
 }
 
-func (l *slowLeases) Put(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
+func (l *slowLeases) Put(ctx context.Context, shard int, value []byte, rev uint64) (uint64, error) {
 	l.mu.Lock()
 	d := l.delay
 	l.mu.Unlock()
 	time.Sleep(d)
-	return l.Leases.Put(ctx, key, value, rev)
+	return l.Leases.Put(ctx, shard, value, rev)
 }
 
 // S-CL4: a node keeps the leases of all its resident objects, idle ones included, though each

@@ -83,17 +83,21 @@
 // # Cluster mode
 //
 // Options.Replication makes the runtime one node of a cluster (see Replication, and package
-// replog's Log and Leases: package cluster fills them with NATS JetStream, replogtest.MemCluster in
-// memory for tests). Each object's commits are records in its own log, appended after SQLite's COMMIT and before any result
-// leaves, expecting the log's last sequence, so an append another writer beat is refused. One node
-// serves an object under a lease it renews every quarter LeaseTTL; another node's call fails at
-// once with ErrNotOwner (a *NotOwnerError naming the holder) until it has seen the lease unrenewed
-// for LeaseTTL, then takes over, replays the log and appends an epoch record fencing the old owner
-// (ErrFenced at its next commit). A turn whose lease cannot be proven valid is refused
-// (ErrLeaseUnproven); an append whose outcome stays unknown fails with ErrCommitUnknown. Local
-// files are a cache, rebuilt from the latest snapshot and the records after it; eviction and Close
-// hand leases back. Facets, Restore and Quarantine are refused (ErrClusterMode). An alarm runs on
-// the object's owner; a dead owner's alarm fires when another node next activates the object.
+// replog's Log, Leases and Beacon: package cluster fills them with NATS JetStream,
+// replogtest.MemCluster in memory for tests). Each object's commits are records in its own log,
+// appended after SQLite's COMMIT and before any result leaves, expecting the log's last sequence,
+// so an append another writer beat is refused. Objects fall into a fixed number of shards; one node
+// serves a shard's objects under the shard's lease, renewed every quarter LeaseTTL (default 1 s).
+// Another node's call fails at once with ErrNotOwner (a *NotOwnerError naming the holder, from the
+// node's table of who beats and holds what) until it has seen the lease unrenewed for LeaseTTL;
+// then it takes over, replays the object's log and appends an epoch record fencing the old owner
+// (ErrFenced at its next commit). A dead node's shards are taken over by the survivors without
+// waiting for a call. A turn whose lease cannot be proven valid is refused (ErrLeaseUnproven); an
+// append whose outcome stays unknown fails with ErrCommitUnknown. Local files are a cache, rebuilt
+// from the latest snapshot and the records after it; the eviction of a shard's last object, and
+// Shutdown, which drains first, hand its lease back. Stats().Cluster says whether the node is
+// ready. Facets, Restore and Quarantine are refused (ErrClusterMode). An alarm runs on the
+// object's owner; a dead owner's alarm fires when another node next activates the object.
 //
 // # Errors
 //

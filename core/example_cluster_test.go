@@ -18,7 +18,7 @@ func ExampleReplication() {
 	open := func(node string) (*core.Runtime, *core.Namespace[*core.State]) {
 		view := engine.Node()
 		rt, _ := core.Open(core.Options{Logger: slog.New(slog.DiscardHandler), // Dir "": a temporary one
-			Replication: &core.Replication{Node: node, Log: view.Log(), Leases: view.Leases()}})
+			Replication: &core.Replication{Node: node, Log: view.Log(), Leases: view.Leases(), Beacon: view.Beacon()}})
 		ns, _ := core.Register(rt, "carts", func(_ context.Context, st *core.State) (*core.State, error) { return st, nil })
 		return rt, ns
 	}

@@ -125,7 +125,17 @@ func Open(opts Options) (*Runtime, error) {
 		rt.opts.OnAlarmDropped = rt.logDropped
 	}
 	rt.template = sync.OnceValues(func() ([]byte, error) { return sqlstore.BuildTemplate(rt.dir, runtimeSchema) })
+	if err = rt.openReplication(); err != nil {
+		rt.lock.Unlock()
+		if rt.ownDir {
+			os.RemoveAll(rt.dir)
+		}
+		return nil, fmt.Errorf("core: open: %w", err)
+	}
 	if err = rt.startScheduler(); err != nil {
+		if rt.cluster != nil {
+			rt.cluster.Close()
+		}
 		rt.lock.Unlock()
 		if rt.ownDir {
 			os.RemoveAll(rt.dir)
@@ -133,7 +143,6 @@ func Open(opts Options) (*Runtime, error) {
 		return nil, fmt.Errorf("core: open: %w", err)
 	}
 	rt.clock.Store(rt.now().UnixNano())
-	rt.openReplication()
 	go rt.janitor()
 	return rt, nil
 }
@@ -187,6 +196,11 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 		rt.cancel()
 	}
 	rt.mu.Unlock()
+	if rt.cluster != nil {
+		// Cluster mode: no shard is taken from now on, and each goes back as its last object is
+		// evicted below; the other nodes hear that this one drains.
+		rt.cluster.Drain()
+	}
 	rt.shut.Lock() // one Shutdown at a time; a later one goes on where an abandoned one stopped
 	defer rt.shut.Unlock()
 	if rt.shutDone {

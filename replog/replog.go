@@ -1,8 +1,14 @@
 // Package replog is the contract between the durable runtime in cluster mode and the engine that
-// replicates it: a Log of records per key with expected-sequence appends, and Leases, a key-value
-// map with compare-and-set. The runtime needs nothing else of an engine, and an engine needs
-// nothing of the runtime: package cluster fills both with NATS JetStream, and package replogtest
-// has an in-memory engine and the suites that check an engine against this contract.
+// replicates it: a Log of records per key with expected-sequence appends, spread over a fixed
+// number of shards; Leases, one compare-and-set value per shard; and a Beacon that carries the
+// nodes' heartbeats. The runtime needs nothing else of an engine, and an engine needs nothing of
+// the runtime: package cluster fills all three with NATS JetStream, and package replogtest has an
+// in-memory engine and the suites that check an engine against this contract.
+//
+// A shard is the unit of ownership and of failure: a node owns all of a shard's objects or none,
+// under the shard's lease, and an engine keeps a shard's records, blobs and lease together (in
+// JetStream, one stream: one raft group), so that losing the leader of one shard's group stalls
+// that shard's objects and no others.
 //
 // The runtime's keys are a namespace, '/', and an object name: at most MaxKeyLen bytes of any
 // characters. Its records are at most MaxRecordBytes long.
@@ -20,6 +26,12 @@ import (
 // durable on the engine's quorum once Append returns it a sequence. Sequences grow along a key's
 // records; they need not be dense, and may be shared across keys.
 type Log interface {
+	// Shards is how many shards the keys are spread over, fixed for the life of the data.
+	Shards() int
+
+	// ShardOf returns key's shard, in [0, Shards()): always the same for the same key.
+	ShardOf(key string) int
+
 	// Append adds rec as key's last record if key's last record is at sequence expect (0: key has
 	// no record), and returns the new record's sequence. If key's last record is elsewhere, it fails
 	// with an error that matches ErrConflict and appends nothing. If the outcome is not known (a
@@ -37,27 +49,46 @@ type Log interface {
 	// Trim removes key's records before sequence before.
 	Trim(ctx context.Context, key string, before uint64) error
 
-	// PutBlob stores a large value (a snapshot) under name, replacing any; GetBlob writes it to w
-	// and fails with an error that matches ErrNoBlob if there is none; DeleteBlob removes it.
-	PutBlob(ctx context.Context, name string, r io.Reader) error
-	GetBlob(ctx context.Context, name string, w io.Writer) error
-	DeleteBlob(ctx context.Context, name string) error
+	// PutBlob stores a large value (a snapshot of key's object) under name, replacing any, in
+	// key's shard; GetBlob writes it to w and fails with an error that matches ErrNoBlob if there
+	// is none; DeleteBlob removes it. Names are unique across keys.
+	PutBlob(ctx context.Context, key, name string, r io.Reader) error
+	GetBlob(ctx context.Context, key, name string, w io.Writer) error
+	DeleteBlob(ctx context.Context, key, name string) error
 }
 
-// Leases is a replicated key-value map with compare-and-set, where the runtime keeps each object's
-// owner. Revisions grow with every change of a key and are never reused for it.
+// Leases is one replicated value per shard with compare-and-set, where the runtime keeps each
+// shard's owner. A shard's revisions grow with every change and are never reused for it. Get is
+// linearizable: it never returns a value older than one whose Put has returned.
 type Leases interface {
-	// Get returns key's value and revision; 0 and nil if key has none.
-	Get(ctx context.Context, key string) (rev uint64, value []byte, err error)
+	// Get returns shard's value and revision; 0 and nil if it has none.
+	Get(ctx context.Context, shard int) (rev uint64, value []byte, err error)
 
-	// Put sets key to value if key's revision is rev (0: key must not exist), and returns the new
+	// Put sets shard's value if its revision is rev (0: it must have none), and returns the new
 	// revision. If the revision differs it fails with an error that matches ErrLeaseConflict.
-	Put(ctx context.Context, key string, value []byte, rev uint64) (uint64, error)
+	Put(ctx context.Context, shard int, value []byte, rev uint64) (uint64, error)
 
-	// Delete removes key if its revision is rev; otherwise it fails with an error that matches
-	// ErrLeaseConflict.
-	Delete(ctx context.Context, key string, rev uint64) error
+	// Delete removes shard's value if its revision is rev; otherwise it fails with an error that
+	// matches ErrLeaseConflict.
+	Delete(ctx context.Context, shard int, rev uint64) error
 }
+
+// Beacon carries the nodes' heartbeats: small messages, neither stored nor replicated, that every
+// node listening receives (its sender too), at most once each and usually within milliseconds. The
+// runtime uses them to know which nodes are alive, never to decide who may write: that is the
+// leases' work. A Beacon must not depend on the replicated layer (no leader, no quorum): a node
+// that lost its quorum still beats and hears the others.
+type Beacon interface {
+	// Beat sends msg, at most MaxBeatBytes long, to every node's listeners.
+	Beat(ctx context.Context, msg []byte) error
+
+	// Listen calls fn with every beat received, one call at a time, until stop is called; stop
+	// returns once no call of fn is under way or will begin.
+	Listen(fn func(msg []byte)) (stop func(), err error)
+}
+
+// MaxBeatBytes bounds one heartbeat.
+const MaxBeatBytes = 16 << 10
 
 // Errors an engine returns, wrapped in its own as it likes: the runtime tells them apart with
 // errors.Is.
@@ -69,7 +100,7 @@ var (
 	ErrUnknown = errors.New("replog: append outcome unknown")
 	// ErrNoBlob is returned by Log.GetBlob for a name that holds no blob.
 	ErrNoBlob = errors.New("replog: no such blob")
-	// ErrLeaseConflict is returned by Leases.Put and Leases.Delete when the key's revision moved.
+	// ErrLeaseConflict is returned by Leases.Put and Leases.Delete when the shard's revision moved.
 	ErrLeaseConflict = errors.New("replog: lease revision moved")
 )
 

@@ -85,7 +85,7 @@ func (RuntimeTarget) RunNode(ctx context.Context, spec NodeSpec) error {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	rt, err := core.Open(core.Options{
 		Dir: filepath.Join(spec.Dir, "objects"), Logger: logger, IdleTimeout: time.Second,
-		Replication: &core.Replication{Node: spec.Name, Log: eng, Leases: eng, LeaseTTL: RuntimeLeaseTTL, SnapshotEvery: 200},
+		Replication: &core.Replication{Node: spec.Name, Log: eng, Leases: eng, Beacon: eng, LeaseTTL: RuntimeLeaseTTL, SnapshotEvery: 200},
 	})
 	if err != nil {
 		return err

@@ -24,7 +24,7 @@ func runtimeNode(t *testing.T, c *replogtest.MemCluster, name string) (*core.Run
 	t.Helper()
 	view := c.Node()
 	rt, err := core.Open(core.Options{Dir: t.TempDir(), Logger: slog.New(slog.DiscardHandler),
-		Replication: &core.Replication{Node: name, Log: view.Log(), Leases: view.Leases()}})
+		Replication: &core.Replication{Node: name, Log: view.Log(), Leases: view.Leases(), Beacon: view.Beacon()}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -112,12 +113,33 @@ func (a *app) handler() http.Handler {
 	add("GET", "/inspect/sql", "a read-only SQL query in the object's turn; writes are refused (?ns=&name=&q=&limit=100)", a.inspectSQL)
 	add("GET", "/routes", "this list", func(*http.Request) (any, error) { return map[string]any{"routes": rt.list()}, nil })
 	h := withLimits(a.log, rt)
-	if a.cfg.Metrics == nil {
-		return h
-	}
-	rt.extra = append(rt.extra, metricsRoute)
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", a.cfg.Metrics) // the runtime's metrics, in Prometheus's format
+	rt.extra = append(rt.extra, healthzRoute, readyzRoute)
+	mux.HandleFunc("GET /healthz", a.healthz)
+	mux.HandleFunc("GET /readyz", a.readyz)
+	if a.cfg.Metrics != nil {
+		rt.extra = append(rt.extra, metricsRoute)
+		mux.Handle("GET /metrics", a.cfg.Metrics) // the runtime's metrics, in Prometheus's format
+	}
 	mux.Handle("/", h)
 	return mux
+}
+
+// healthz answers 200 while the server runs: the process is alive and serving HTTP.
+func (a *app) healthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	fmt.Fprintln(w, "ok")
+}
+
+// readyz answers 200 once the server can serve calls, and 503 saying why not: in cluster mode,
+// until the node has heard the others' beats and its engine answers, and from the moment it
+// drains (a rolling restart waits for a node's 200 before it stops the next one).
+func (a *app) readyz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if err := a.rt.Stats().Cluster.Ready; err != nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintf(w, "not ready: %v\n", err)
+		return
+	}
+	fmt.Fprintln(w, "ready")
 }

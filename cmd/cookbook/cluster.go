@@ -42,8 +42,12 @@ func (c *clusterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.external, "nats", "", "cluster mode: URLs of an external JetStream cluster, comma-separated, instead of an embedded node")
 	fs.IntVar(&c.replicas, "replicas", 0, "cluster mode: replicas of each object's log (default 3, or 1 for a cluster of one node)")
 	fs.IntVar(&c.shards, "shards", 16, "cluster mode: streams the objects' logs are spread over; the same on every node, for the life of the data")
-	fs.DurationVar(&c.leaseTTL, "lease", 4*time.Second, "cluster mode: how long an object's lease lasts unrenewed (failover takes about this long)")
+	fs.DurationVar(&c.leaseTTL, "lease", time.Second, "cluster mode: how long a shard's lease lasts unrenewed (failover takes about this long)")
 }
+
+// drainGrace bounds the hand-over of the embedded node's raft leaderships
+// at a planned stop.
+const drainGrace = 5 * time.Second
 
 // start starts the embedded node (unless -nats names an external
 // cluster), connects to it and returns the runtime's Replication and a
@@ -83,6 +87,14 @@ func (c *clusterFlags) start(ctx context.Context, dataDir string, log *slog.Logg
 	}
 	stop := func() {
 		if node != nil {
+			// A planned stop: hand this node's raft leaderships over first, so
+			// that no shard's log waits out an election (the runtime's
+			// Shutdown has handed its shards back already).
+			ctx, cancel := context.WithTimeout(context.Background(), drainGrace)
+			defer cancel()
+			if err := node.Drain(ctx); err != nil {
+				log.Warn("cluster mode: the JetStream node stops without handing all its leaderships over", "error", err)
+			}
 			node.Shutdown()
 		}
 	}
@@ -100,7 +112,7 @@ func (c *clusterFlags) start(ctx context.Context, dataDir string, log *slog.Logg
 		stop()
 		return nil, nil, fmt.Errorf("cookbook: cluster mode: %w", err)
 	}
-	return &core.Replication{Node: c.node, Log: eng, Leases: eng, LeaseTTL: c.leaseTTL}, func() { nc.Close(); stop() }, nil
+	return &core.Replication{Node: c.node, Log: eng, Leases: eng, Beacon: eng, LeaseTTL: c.leaseTTL}, func() { nc.Close(); stop() }, nil
 }
 
 // explain adds to the error of a shutdown that gave up why it did, when

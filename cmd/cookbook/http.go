@@ -101,6 +101,8 @@ var (
 	inspRoute    = route{method: "GET", path: "/inspect", doc: "the inspector: namespaces, objects, one object's tables, rows, alarm, timers, dead letters and WebSockets (read-only)"}
 	roomRoute    = route{method: "GET", path: "/room/{name}", doc: "a room: a WebSocket upgrade joins it (?name=&since=), a plain GET shows its offset and members"}
 	metricsRoute = route{method: "GET", path: "/metrics", doc: "the runtime's metrics, in Prometheus's text format"}
+	healthzRoute = route{method: "GET", path: "/healthz", doc: "200 while the server runs"}
+	readyzRoute  = route{method: "GET", path: "/readyz", doc: "200 once the server can serve calls; 503 saying why not (cluster mode: until the node hears the others and its engine answers; while it drains)"}
 )
 
 func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {

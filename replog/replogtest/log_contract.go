@@ -38,6 +38,29 @@ var contractKeys = []string{
 // record when the read began, trims, and blobs. newLog must return an empty log (or one whose keys
 // the test does not share with another) and arrange its own cleanup with t.Cleanup.
 func LogContract(t *testing.T, newLog func(t *testing.T) replog.Log) {
+	t.Run("Shards", func(t *testing.T) {
+		l := newLog(t)
+		n := l.Shards()
+		if n < 1 {
+			t.Fatalf("Shards() = %d; want at least 1", n)
+		}
+		used := map[int]bool{}
+		for i := range 200 {
+			key := fmt.Sprintf("counters/k%d", i)
+			s := l.ShardOf(key)
+			if s < 0 || s >= n {
+				t.Fatalf("ShardOf(%q) = %d; want in [0, %d)", key, s, n)
+			}
+			if again := l.ShardOf(key); again != s {
+				t.Fatalf("ShardOf(%q) = %d, then %d", key, s, again)
+			}
+			used[s] = true
+		}
+		if n > 1 && len(used) < 2 {
+			t.Fatalf("200 keys all went to one shard of %d", n)
+		}
+	})
+
 	t.Run("EmptyKey", func(t *testing.T) {
 		l, ctx := newLog(t), contractContext(t)
 		seq, rec, err := l.Last(ctx, "counters/none")
@@ -333,7 +356,7 @@ func LogContract(t *testing.T, newLog func(t *testing.T) replog.Log) {
 	t.Run("Blobs", func(t *testing.T) {
 		l, ctx := newLog(t), contractContext(t)
 		var w bytes.Buffer
-		if err := l.GetBlob(ctx, "snap/none", &w); !errors.Is(err, replog.ErrNoBlob) {
+		if err := l.GetBlob(ctx, "snap/x", "snap/none", &w); !errors.Is(err, replog.ErrNoBlob) {
 			t.Fatalf("GetBlob of a name never put: %v; want ErrNoBlob", err)
 		}
 		big := make([]byte, 3<<20+17)
@@ -342,13 +365,13 @@ func LogContract(t *testing.T, newLog func(t *testing.T) replog.Log) {
 		}
 		names := []string{"snap/a.b", "snap/a_b", "snap/a b", "snap/é*>"}
 		for i, name := range names {
-			if err := l.PutBlob(ctx, name, bytes.NewReader(append([]byte{byte(i)}, big...))); err != nil {
+			if err := l.PutBlob(ctx, "snap/x", name, bytes.NewReader(append([]byte{byte(i)}, big...))); err != nil {
 				t.Fatalf("PutBlob %q (%d bytes): %v", name, len(big)+1, err)
 			}
 		}
 		for i, name := range names {
 			w.Reset()
-			if err := l.GetBlob(ctx, name, &w); err != nil {
+			if err := l.GetBlob(ctx, "snap/x", name, &w); err != nil {
 				t.Fatalf("GetBlob %q: %v", name, err)
 			}
 			if !bytes.Equal(w.Bytes(), append([]byte{byte(i)}, big...)) {
@@ -356,39 +379,39 @@ func LogContract(t *testing.T, newLog func(t *testing.T) replog.Log) {
 			}
 		}
 		// Replacing.
-		if err := l.PutBlob(ctx, names[0], bytes.NewReader([]byte("small"))); err != nil {
+		if err := l.PutBlob(ctx, "snap/x", names[0], bytes.NewReader([]byte("small"))); err != nil {
 			t.Fatalf("PutBlob replacing %q: %v", names[0], err)
 		}
 		w.Reset()
-		if err := l.GetBlob(ctx, names[0], &w); err != nil || w.String() != "small" {
+		if err := l.GetBlob(ctx, "snap/x", names[0], &w); err != nil || w.String() != "small" {
 			t.Fatalf("GetBlob after replacing = %d bytes, %v; want \"small\"", w.Len(), err)
 		}
 		// An empty blob is a blob.
-		if err := l.PutBlob(ctx, "snap/empty", bytes.NewReader(nil)); err != nil {
+		if err := l.PutBlob(ctx, "snap/x", "snap/empty", bytes.NewReader(nil)); err != nil {
 			t.Fatalf("PutBlob of an empty blob: %v", err)
 		}
 		w.Reset()
-		if err := l.GetBlob(ctx, "snap/empty", &w); err != nil || w.Len() != 0 {
+		if err := l.GetBlob(ctx, "snap/x", "snap/empty", &w); err != nil || w.Len() != 0 {
 			t.Fatalf("GetBlob of an empty blob = %d bytes, %v; want 0, nil", w.Len(), err)
 		}
 		// Deleting.
-		if err := l.DeleteBlob(ctx, names[1]); err != nil {
+		if err := l.DeleteBlob(ctx, "snap/x", names[1]); err != nil {
 			t.Fatalf("DeleteBlob %q: %v", names[1], err)
 		}
-		if err := l.GetBlob(ctx, names[1], io.Discard); !errors.Is(err, replog.ErrNoBlob) {
+		if err := l.GetBlob(ctx, "snap/x", names[1], io.Discard); !errors.Is(err, replog.ErrNoBlob) {
 			t.Fatalf("GetBlob after DeleteBlob: %v; want ErrNoBlob", err)
 		}
 		w.Reset()
-		if err := l.GetBlob(ctx, names[2], &w); err != nil || w.Len() != len(big)+1 {
+		if err := l.GetBlob(ctx, "snap/x", names[2], &w); err != nil || w.Len() != len(big)+1 {
 			t.Fatalf("GetBlob of another name after a DeleteBlob = %d bytes, %v", w.Len(), err)
 		}
 		// A failed read of the source stores nothing in place of the old blob.
 		broken := io.MultiReader(bytes.NewReader([]byte("partial")), errReader{})
-		if err := l.PutBlob(ctx, names[2], broken); err == nil {
+		if err := l.PutBlob(ctx, "snap/x", names[2], broken); err == nil {
 			t.Fatalf("PutBlob from a reader that fails: nil error")
 		}
 		w.Reset()
-		if err := l.GetBlob(ctx, names[2], &w); err != nil && !errors.Is(err, replog.ErrNoBlob) {
+		if err := l.GetBlob(ctx, "snap/x", names[2], &w); err != nil && !errors.Is(err, replog.ErrNoBlob) {
 			t.Fatalf("GetBlob after a failed PutBlob: %v", err)
 		} else if err == nil && !bytes.Equal(w.Bytes(), append([]byte{2}, big...)) {
 			t.Fatalf("GetBlob after a failed PutBlob returned %d bytes: neither the old blob nor none", w.Len())
@@ -436,11 +459,11 @@ func readAll(t *testing.T, l replog.Log, key string, after uint64) []string {
 	return recs
 }
 
-func mustGet(t *testing.T, ls replog.Leases, key string, rev uint64, val string) {
+func mustGet(t *testing.T, ls replog.Leases, shard int, rev uint64, val string) {
 	t.Helper()
-	gotRev, gotVal, err := ls.Get(contractContext(t), key)
+	gotRev, gotVal, err := ls.Get(contractContext(t), shard)
 	if err != nil || gotRev != rev || string(gotVal) != val {
-		t.Fatalf("Get %q = %d, %q, %v; want %d, %q", key, gotRev, gotVal, err, rev, val)
+		t.Fatalf("Get of shard %d = %d, %q, %v; want %d, %q", shard, gotRev, gotVal, err, rev, val)
 	}
 }
 

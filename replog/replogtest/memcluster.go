@@ -5,34 +5,60 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"sync"
 
 	"github.com/durable-go/durable/replog"
 )
 
-// MemCluster is an in-memory replicating engine for tests of cluster mode: one log and one lease
-// map, shared by the nodes that Node makes. Each node's view can be cut off, or made to lose the
-// outcome of its appends, to play the faults of a real network.
+// MemCluster is an in-memory replicating engine for tests of cluster mode: one log, one lease per
+// shard and one beacon, shared by the nodes that Node makes. Each node's view can be cut off, or
+// made to lose the outcome of its appends, to play the faults of a real network.
 type MemCluster struct {
 	mu     sync.Mutex
+	shards int
 	seq    uint64 // the log's sequence, shared by every key
 	recs   map[string][]memRec
 	blobs  map[string][]byte
-	rev    uint64 // the leases' revision, shared by every key
-	leases map[string]memRec
+	rev    uint64 // the leases' revision, shared by every shard
+	leases map[int]memRec
 	bytes  int64 // appended so far
 	count  int64
+
+	listeners map[*memListener]struct{}
 }
+
+// MemShards is a MemCluster's number of shards unless WithShards says otherwise.
+const MemShards = 16
 
 type memRec struct {
 	seq uint64
 	rec []byte
 }
 
-// NewMemCluster returns an empty engine.
+// NewMemCluster returns an empty engine of MemShards shards.
 func NewMemCluster() *MemCluster {
-	return &MemCluster{recs: map[string][]memRec{}, blobs: map[string][]byte{}, leases: map[string]memRec{}}
+	return &MemCluster{shards: MemShards, recs: map[string][]memRec{}, blobs: map[string][]byte{}, leases: map[int]memRec{},
+		listeners: map[*memListener]struct{}{}}
+}
+
+// WithShards sets the number of shards, before any node uses the engine, and returns c.
+func (c *MemCluster) WithShards(n int) *MemCluster {
+	c.mu.Lock()
+	c.shards = n
+	c.mu.Unlock()
+	return c
+}
+
+// ShardOf returns key's shard: an FNV-1a hash of the key, modulo the number of shards.
+func (c *MemCluster) ShardOf(key string) int {
+	c.mu.Lock()
+	n := c.shards
+	c.mu.Unlock()
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	return int(h.Sum32() % uint32(n))
 }
 
 // Node returns a new view of the engine, for one runtime: use its Log and Leases in
@@ -85,6 +111,7 @@ type MemNode struct {
 	mu        sync.Mutex
 	logCut    bool
 	leasesCut bool
+	beaconCut bool
 	loseAcks  int                                // appends that land but report replog.ErrUnknown
 	dropNext  int                                // appends that do not land and report replog.ErrUnknown
 	before    func(key string, rec []byte) error // called before each append; an error is returned instead
@@ -96,6 +123,10 @@ func (n *MemNode) CutLog(cut bool) { n.mu.Lock(); n.logCut = cut; n.mu.Unlock() 
 
 // CutLeases cuts the node off from the leases (cut true) or joins it back: every call fails.
 func (n *MemNode) CutLeases(cut bool) { n.mu.Lock(); n.leasesCut = cut; n.mu.Unlock() }
+
+// CutBeacon cuts the node off from the beacon (cut true) or joins it back: its beats are lost, and
+// it hears none, as a node paused or behind a cut link.
+func (n *MemNode) CutBeacon(cut bool) { n.mu.Lock(); n.beaconCut = cut; n.mu.Unlock() }
 
 // LoseAcks makes the node's next k appends land in the log but report replog.ErrUnknown, as an append
 // whose acknowledgement was lost does.
@@ -119,6 +150,9 @@ func (n *MemNode) Log() replog.Log { return memLog{n} }
 // Leases is the node's view of the leases.
 func (n *MemNode) Leases() replog.Leases { return memLeases{n} }
 
+// Beacon is the node's view of the beacon.
+func (n *MemNode) Beacon() replog.Beacon { return memBeacon{n} }
+
 type memLog struct{ n *MemNode }
 
 func (l memLog) cut() error {
@@ -129,6 +163,15 @@ func (l memLog) cut() error {
 	}
 	return nil
 }
+
+func (l memLog) Shards() int {
+	c := l.n.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.shards
+}
+
+func (l memLog) ShardOf(key string) int { return l.n.c.ShardOf(key) }
 
 func (l memLog) Append(ctx context.Context, key string, expect uint64, rec []byte) (uint64, error) {
 	n := l.n
@@ -224,7 +267,7 @@ func (l memLog) Trim(_ context.Context, key string, before uint64) error {
 	return nil
 }
 
-func (l memLog) PutBlob(_ context.Context, name string, r io.Reader) error {
+func (l memLog) PutBlob(_ context.Context, _, name string, r io.Reader) error {
 	if err := l.cut(); err != nil {
 		return err
 	}
@@ -239,7 +282,7 @@ func (l memLog) PutBlob(_ context.Context, name string, r io.Reader) error {
 	return nil
 }
 
-func (l memLog) GetBlob(_ context.Context, name string, w io.Writer) error {
+func (l memLog) GetBlob(_ context.Context, _, name string, w io.Writer) error {
 	if err := l.cut(); err != nil {
 		return err
 	}
@@ -254,7 +297,7 @@ func (l memLog) GetBlob(_ context.Context, name string, w io.Writer) error {
 	return err
 }
 
-func (l memLog) DeleteBlob(_ context.Context, name string) error {
+func (l memLog) DeleteBlob(_ context.Context, _, name string) error {
 	if err := l.cut(); err != nil {
 		return err
 	}
@@ -276,46 +319,112 @@ func (ls memLeases) cut() error {
 	return nil
 }
 
-func (ls memLeases) Get(_ context.Context, key string) (uint64, []byte, error) {
+func (ls memLeases) Get(_ context.Context, shard int) (uint64, []byte, error) {
 	if err := ls.cut(); err != nil {
 		return 0, nil, err
 	}
 	c := ls.n.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	v, ok := c.leases[key]
+	if shard < 0 || shard >= c.shards {
+		return 0, nil, fmt.Errorf("replogtest: shard %d of %d", shard, c.shards)
+	}
+	v, ok := c.leases[shard]
 	if !ok {
 		return 0, nil, nil
 	}
 	return v.seq, bytes.Clone(v.rec), nil
 }
 
-func (ls memLeases) Put(_ context.Context, key string, value []byte, rev uint64) (uint64, error) {
+func (ls memLeases) Put(_ context.Context, shard int, value []byte, rev uint64) (uint64, error) {
 	if err := ls.cut(); err != nil {
 		return 0, err
 	}
 	c := ls.n.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.leases[key].seq != rev {
-		return 0, fmt.Errorf("replogtest: lease %q is at %d, not %d: %w", key, c.leases[key].seq, rev, replog.ErrLeaseConflict)
+	if shard < 0 || shard >= c.shards {
+		return 0, fmt.Errorf("replogtest: shard %d of %d", shard, c.shards)
+	}
+	if c.leases[shard].seq != rev {
+		return 0, fmt.Errorf("replogtest: the lease of shard %d is at %d, not %d: %w", shard, c.leases[shard].seq, rev, replog.ErrLeaseConflict)
 	}
 	c.rev++
-	c.leases[key] = memRec{c.rev, bytes.Clone(value)}
+	c.leases[shard] = memRec{c.rev, bytes.Clone(value)}
 	return c.rev, nil
 }
 
-func (ls memLeases) Delete(_ context.Context, key string, rev uint64) error {
+func (ls memLeases) Delete(_ context.Context, shard int, rev uint64) error {
 	if err := ls.cut(); err != nil {
 		return err
 	}
 	c := ls.n.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	v, ok := c.leases[key]
+	v, ok := c.leases[shard]
 	if !ok || v.seq != rev {
-		return fmt.Errorf("replogtest: lease %q: %w", key, replog.ErrLeaseConflict)
+		return fmt.Errorf("replogtest: the lease of shard %d: %w", shard, replog.ErrLeaseConflict)
 	}
-	delete(c.leases, key)
+	delete(c.leases, shard)
 	return nil
+}
+
+type memBeacon struct{ n *MemNode }
+
+// memListener is one Listen's fn, called by Beat itself: a beat is heard before Beat returns, so
+// that tests need not wait for it.
+type memListener struct {
+	n       *MemNode
+	mu      sync.Mutex // one call of fn at a time; held by stop until calls have ended
+	fn      func([]byte)
+	stopped bool
+}
+
+func (b memBeacon) Beat(_ context.Context, msg []byte) error {
+	if len(msg) > replog.MaxBeatBytes {
+		return fmt.Errorf("replogtest: a beat of %d bytes: at most %d", len(msg), replog.MaxBeatBytes)
+	}
+	b.n.mu.Lock()
+	cut := b.n.beaconCut
+	b.n.mu.Unlock()
+	if cut {
+		return nil // lost on the way, as over a cut link
+	}
+	c := b.n.c
+	c.mu.Lock()
+	ls := make([]*memListener, 0, len(c.listeners))
+	for l := range c.listeners {
+		ls = append(ls, l)
+	}
+	c.mu.Unlock()
+	for _, l := range ls {
+		l.n.mu.Lock()
+		deaf := l.n.beaconCut
+		l.n.mu.Unlock()
+		if deaf {
+			continue
+		}
+		l.mu.Lock()
+		if !l.stopped {
+			l.fn(bytes.Clone(msg))
+		}
+		l.mu.Unlock()
+	}
+	return nil
+}
+
+func (b memBeacon) Listen(fn func(msg []byte)) (func(), error) {
+	l := &memListener{n: b.n, fn: fn}
+	c := b.n.c
+	c.mu.Lock()
+	c.listeners[l] = struct{}{}
+	c.mu.Unlock()
+	return func() {
+		c.mu.Lock()
+		delete(c.listeners, l)
+		c.mu.Unlock()
+		l.mu.Lock()
+		l.stopped = true
+		l.mu.Unlock()
+	}, nil
 }

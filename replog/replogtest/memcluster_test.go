@@ -16,3 +16,15 @@ func TestLogContract_MemCluster(t *testing.T) {
 func TestLeasesContract_MemCluster(t *testing.T) {
 	replogtest.LeasesContract(t, func(*testing.T) replog.Leases { return replogtest.NewMemCluster().Node().Leases() })
 }
+
+// S-CL10: and replog.Beacon's.
+func TestBeaconContract_MemCluster(t *testing.T) {
+	replogtest.BeaconContract(t, func(_ *testing.T, n int) []replog.Beacon {
+		c := replogtest.NewMemCluster()
+		var bs []replog.Beacon
+		for range n {
+			bs = append(bs, c.Node().Beacon())
+		}
+		return bs
+	})
+}

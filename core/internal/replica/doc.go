@@ -1,10 +1,24 @@
-// Package replica is cluster mode's side of the runtime: the leases a node holds (renewed by one
-// goroutine, owned by the Node), and for each resident object an Object that claims it for a turn
-// (lease taken or proven, local file brought to the log's head, epoch record appended), writes its
-// position before a commit, ships the commit's pages to its log after it, snapshots and trims the
-// log, and discards the local file when a commit fails.
+// Package replica is cluster mode's side of the runtime: the shard leases a node holds (lease.go:
+// taken when a call needs one, renewed by one goroutine, handed back with a shard's last object),
+// the cluster's table it keeps from the nodes' beats (members.go: refusals from memory, takeover of
+// a dead node's shards by rendezvous hashing, readiness, drain), and for each resident object an
+// Object (object.go) that claims it for a turn (its shard's lease held, local file brought to the
+// log's head, epoch record appended), writes its position before a commit, ships the commit's
+// pages to its log after it, snapshots and trims the log, and discards the local file when a
+// commit fails.
 //
 // The runtime calls an Object only from the object's turn and lifecycle, holding the object's gate;
 // the Object calls back into the runtime's object through Host for the object's database. It
-// knows nothing else of the runtime. The engine under it is any replog.Log and replog.Leases.
+// knows nothing else of the runtime. The engine under it is any replog.Log, replog.Leases and
+// replog.Beacon.
+//
+// # Concurrency
+//
+//   - The Node owns three goroutines: the renewer (a round every quarter LeaseTTL: renewals, each
+//     in a goroutine of its own that the Node waits for, then a beat), the placer (every eighth
+//     LeaseTTL: takeovers of dead nodes' shards) and the beacon's listener. Close stops them all
+//     and waits.
+//   - n.mu guards the tables (held, seen, members) and each lease's refs; a lease's own mu its
+//     revision and validity; a lease's renewing serializes its renewal and its release; n.takes
+//     serializes the takes of one shard, so that two objects of a shard never race for its lease.
 package replica

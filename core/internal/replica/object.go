@@ -33,13 +33,14 @@ type Host interface {
 
 // Object is one object's side of cluster mode, touched by the gate holder only.
 type Object struct {
-	n    *Node
-	key  string // the object's log and lease key: "namespace/name"
-	path string // its local file
-	ns   string // for logs
-	name string
+	n     *Node
+	key   string // the object's log key: "namespace/name"
+	shard int    // its shard, whose lease this node must hold to serve it
+	path  string // its local file
+	ns    string // for logs
+	name  string
 
-	lease    *lease // held while the object is resident here
+	lease    *lease // its shard's lease, held for it while the object is resident here
 	synced   bool   // the local file is at the log's head and this node's epoch record is in
 	seq      uint64 // the log's last record, as this node appended or read it
 	sum      uint64 // its checksum
@@ -53,13 +54,14 @@ type Object struct {
 
 // Object returns the cluster side of the object ns/name, whose local file is at path.
 func (n *Node) Object(ns, name, path string) *Object {
-	return &Object{n: n, key: ns + "/" + name, path: path, ns: ns, name: name}
+	key := ns + "/" + name
+	return &Object{n: n, key: key, shard: n.cfg.Log.ShardOf(key), path: path, ns: ns, name: name}
 }
 
-// Claim makes the object servable by this node for one turn: its lease taken (or proven valid), its
-// local file at the log's head, this node's epoch record appended. *NotOwner while another node
-// holds a valid lease; ErrFenced if this node's lease was taken over (the caller then fails the
-// object, and Failed is told).
+// Claim makes the object servable by this node for one turn: its shard's lease held (taken, or
+// proven valid), its local file at the log's head, this node's epoch record appended. *NotOwner
+// while another node holds a valid lease of the shard; ErrFenced if this node's lease was taken
+// over (the caller then fails the object, and Failed is told).
 func (x *Object) Claim(h Host) error {
 	n := x.n
 	if x.lease != nil {
@@ -71,7 +73,7 @@ func (x *Object) Claim(h Host) error {
 		}
 	} else {
 		h.WaitClosed()
-		l, err := n.take(x.key)
+		l, err := n.acquire(x.shard, x.key)
 		if err != nil {
 			return err
 		}
@@ -79,10 +81,10 @@ func (x *Object) Claim(h Host) error {
 	}
 	h.CloseDB() // not synced: whatever is open is not known to be at the log's head
 	if err := x.openEpoch(h); err != nil {
-		// The log could not be read or appended to: hand the lease back rather than hold an object
-		// this node cannot serve.
+		// The log could not be read or appended to: let go of the lease (the shard's last object
+		// hands it back) rather than hold an object this node cannot serve.
 		removeLocal(x.path)
-		if rerr := n.release(x.lease); rerr != nil {
+		if rerr := n.unref(x.lease); rerr != nil {
 			err = errors.Join(err, rerr)
 		}
 		x.lease = nil
@@ -113,7 +115,6 @@ func (x *Object) openEpoch(h Host) error {
 		}
 		x.seq, x.sum, x.epoch = seq, r.Sum, epoch
 		x.records++
-		x.lease.setEpoch(x.n.cfg.Node, epoch)
 		x.synced = true
 		h.Indexed()
 		return nil
@@ -358,17 +359,21 @@ func (x *Object) Failed(h Host, cause error) {
 		x.lease.lost = true
 		x.lease.mu.Unlock()
 		x.n.forget(x.lease)
+		x.n.unref(x.lease) // lost: nothing to hand back
 		x.lease = nil
 		x.n.cfg.Logger.Warn("another node took the object over: its batch is refused, its local file discarded", "event", "fenced",
 			"namespace", x.ns, "name", x.name, "error", cause)
 	}
 }
 
-// Release hands the object's lease back, if this node holds it (the object was evicted): another
-// node may take it at once.
+// Release lets go of the shard's lease, if this node holds it for the object (the object was
+// evicted): the shard's last resident object hands the lease back, and another node may take the
+// shard at once.
 func (x *Object) Release() error {
 	if x.lease == nil {
 		return nil
 	}
-	return x.n.release(x.lease)
+	l := x.lease
+	x.lease, x.synced = nil, false
+	return x.n.unref(l)
 }

@@ -86,7 +86,7 @@ func (x *Object) replay(h Host, after uint64, want *logrecord.BatchID, st *sqlst
 		pages     = pageCache{open: open}
 		raw       bytes.Buffer
 	)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*opTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), replayTimeout)
 	defer cancel()
 	err = x.n.cfg.Log.Read(ctx, x.key, after, func(s uint64, b []byte) error {
 		r, err := logrecord.Decode(b)
@@ -122,7 +122,7 @@ func (x *Object) replay(h Host, after uint64, want *logrecord.BatchID, st *sqlst
 				return nil // a snapshot of a state the file went through
 			}
 			pages.drop()
-			if err := loadSnapshot(ctx, x.n.cfg.Log, info, f); err != nil { // f is open: not catching up
+			if err := loadSnapshot(ctx, x.n.cfg.Log, x.key, info, f); err != nil { // f is open: not catching up
 				return fmt.Errorf("record %d: %w", s, err)
 			}
 			data = true
@@ -273,7 +273,7 @@ func (p *pageCache) drop() {
 }
 
 // loadSnapshot writes the snapshot's blob as the whole of f, checking its size and checksum.
-func loadSnapshot(ctx context.Context, log replog.Log, info *snapshotInfo, f *os.File) error {
+func loadSnapshot(ctx context.Context, log replog.Log, key string, info *snapshotInfo, f *os.File) error {
 	if err := f.Truncate(0); err != nil {
 		return err
 	}
@@ -282,7 +282,7 @@ func loadSnapshot(ctx context.Context, log replog.Log, info *snapshotInfo, f *os
 	}
 	h := sha256.New()
 	cw := &countWriter{w: io.MultiWriter(f, h)}
-	if err := log.GetBlob(ctx, info.Blob, cw); err != nil {
+	if err := log.GetBlob(ctx, key, info.Blob, cw); err != nil {
 		return fmt.Errorf("snapshot %q: %w", info.Blob, err)
 	}
 	if cw.n != info.Size || !bytes.Equal(sumOf(h), info.SHA256[:]) {

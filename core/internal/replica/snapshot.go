@@ -53,18 +53,18 @@ func (x *Object) snapshot(st *sqlstore.DB) error {
 	info := snapshotInfo{Blob: x.key + "/snapshot-" + hex.EncodeToString(rnd[:])}
 	h := sha256.New()
 	cr := &countReader{r: io.TeeReader(f, h)}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*opTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), replayTimeout)
 	defer cancel()
 	if x.snapBlob == "" { // a file caught up from the log read no snapshot record: the log's first one names it
 		if x.snapBlob, err = x.firstSnapshot(ctx); err != nil {
 			return fmt.Errorf("find the previous snapshot: %w", err)
 		}
 	}
-	if err := log.PutBlob(ctx, info.Blob, cr); err != nil {
+	if err := log.PutBlob(ctx, x.key, info.Blob, cr); err != nil {
 		return fmt.Errorf("store the snapshot: %w", err)
 	}
 	if fi, err := f.Stat(); err != nil || fi.Size() != cr.n {
-		log.DeleteBlob(ctx, info.Blob)
+		log.DeleteBlob(ctx, x.key, info.Blob)
 		return fmt.Errorf("store the snapshot: the log took %d bytes of the database file (%v)", cr.n, err)
 	}
 	info.Size = cr.n
@@ -78,7 +78,7 @@ func (x *Object) snapshot(st *sqlstore.DB) error {
 		return err
 	}
 	if err != nil {
-		log.DeleteBlob(ctx, info.Blob)
+		log.DeleteBlob(ctx, x.key, info.Blob)
 		return err
 	}
 	x.seq, x.sum, x.records = seq, r.Sum, 0
@@ -88,7 +88,7 @@ func (x *Object) snapshot(st *sqlstore.DB) error {
 		return fmt.Errorf("trim the log before the snapshot: %w", err)
 	}
 	if old != "" && old != info.Blob {
-		if err := log.DeleteBlob(ctx, old); err != nil && !errors.Is(err, replog.ErrNoBlob) {
+		if err := log.DeleteBlob(ctx, x.key, old); err != nil && !errors.Is(err, replog.ErrNoBlob) {
 			return fmt.Errorf("delete the previous snapshot: %w", err)
 		}
 	}

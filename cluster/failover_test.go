@@ -1,0 +1,465 @@
+//go:build !race
+
+// Tests of a 3-node cluster that loses a node: left out of the race detector's runs, as those of
+// cluster3_test.go.
+
+package cluster_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/durable-go/durable/cluster"
+	"github.com/durable-go/durable/internal/loopback"
+	"github.com/durable-go/durable/replog"
+)
+
+// link is a TCP proxy on 127.0.0.1 that one node's route to another goes through; kill closes its
+// connections and refuses new ones, as the network does once a peer's process is gone (its
+// kernel closes its sockets).
+type link struct {
+	l  net.Listener
+	to string
+
+	mu    sync.Mutex
+	dead  bool
+	conns map[net.Conn]struct{}
+	wg    sync.WaitGroup
+}
+
+func newLink(t *testing.T, to string) *link {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := &link{l: l, to: to, conns: map[net.Conn]struct{}{}}
+	k.wg.Go(func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			k.wg.Go(func() { k.serve(c) })
+		}
+	})
+	return k
+}
+
+func (k *link) track(cs ...net.Conn) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.dead {
+		return false
+	}
+	for _, c := range cs {
+		k.conns[c] = struct{}{}
+	}
+	return true
+}
+
+func (k *link) serve(near net.Conn) {
+	far, err := net.Dial("tcp", k.to)
+	if err != nil {
+		near.Close()
+		return
+	}
+	if !k.track(near, far) {
+		near.Close()
+		far.Close()
+		return
+	}
+	var wg sync.WaitGroup
+	pipe := func(dst, src net.Conn) {
+		io.Copy(dst, src)
+		dst.Close()
+		src.Close()
+	}
+	wg.Go(func() { pipe(far, near) })
+	wg.Go(func() { pipe(near, far) })
+	wg.Wait()
+}
+
+// kill closes the link's connections and refuses new ones.
+func (k *link) kill() {
+	k.mu.Lock()
+	k.dead = true
+	for c := range k.conns {
+		c.Close()
+	}
+	k.mu.Unlock()
+}
+
+func (k *link) close() {
+	k.kill()
+	k.l.Close()
+	k.wg.Wait()
+}
+
+// proxiedCluster is 3 nodes whose routes go through links, one per ordered pair of nodes, so that
+// a node can be cut off from the others at once: a crash, as its peers see it.
+type proxiedCluster struct {
+	*testCluster
+	links [3][3]*link // links[i][j]: node i's route to node j
+}
+
+func startProxiedCluster(t *testing.T) *proxiedCluster {
+	t.Helper()
+	const n = 3
+	ports, err := loopback.FreePorts(2 * n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc := &proxiedCluster{testCluster: &testCluster{cfgs: make([]cluster.NodeConfig, n), nodes: make([]*cluster.Node, n)}}
+	t.Cleanup(func() {
+		pc.shutdown()
+		for i := range n {
+			for j := range n {
+				if pc.links[i][j] != nil {
+					pc.links[i][j].close()
+				}
+			}
+		}
+	})
+	for i := range n {
+		var routes []string
+		for j := range n {
+			if j != i {
+				pc.links[i][j] = newLink(t, fmt.Sprintf("127.0.0.1:%d", ports[n+j]))
+				routes = append(routes, "nats://"+pc.links[i][j].l.Addr().String())
+			}
+		}
+		dir, err := os.MkdirTemp(t.TempDir(), "node")
+		if err != nil {
+			t.Fatal(err)
+		}
+		pc.dirs = append(pc.dirs, dir)
+		// An address no one listens on: nodes learn of each other only through their routes.
+		pc.cfgs[i] = cluster.NodeConfig{Name: fmt.Sprintf("n%d", i+1), Dir: dir, Port: ports[i],
+			ClusterName: "test", ClusterPort: ports[n+i], Routes: routes, ClusterAdvertise: "127.0.0.1:1"}
+	}
+	for i := range n {
+		if err := pc.start(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return pc
+}
+
+// kill cuts node i off from the others, both ways, at once. The node runs on, alone, until the
+// test ends.
+func (pc *proxiedCluster) kill(i int) {
+	for j := range 3 {
+		if j != i {
+			pc.links[i][j].kill()
+			pc.links[j][i].kill()
+		}
+	}
+}
+
+// nodeIndex returns the index of the node named name.
+func (pc *proxiedCluster) nodeIndex(t *testing.T, name string) int {
+	t.Helper()
+	for i, cfg := range pc.cfgs {
+		if cfg.Name == name {
+			return i
+		}
+	}
+	t.Fatalf("no node named %q", name)
+	return -1
+}
+
+// keyIn returns a key of e's shard.
+func keyIn(e *cluster.Engine, shard int) string {
+	for i := 0; ; i++ {
+		if key := fmt.Sprintf("counters/k%d", i); e.ShardOf(key) == shard {
+			return key
+		}
+	}
+}
+
+// waitLeader returns when one of the nodes other than dead says it leads stream, and when.
+func (pc *proxiedCluster) waitLeader(ctx context.Context, dead int, stream string) (time.Time, error) {
+	for {
+		for i, n := range pc.nodes {
+			if i == dead {
+				continue
+			}
+			if _, streams := n.Leaders(); slices.Contains(streams, stream) {
+				return time.Now(), nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, fmt.Errorf("no survivor leads %s: %w", stream, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// S-X1, S-X4: when a shard stream's leader dies, an append and a lease write on another node
+// that were under way, or began while there was no leader, complete soon after the stream has a
+// new leader (within 2 s of it), not after a fixed 10 s: an attempt that gets no acknowledgement
+// gives up after AttemptTimeout (the append says its outcome is unknown, and the writer reads
+// the last record, as the runtime does), and one that finds no leader is sent again.
+func TestEngine_StreamLeaderKilled(t *testing.T) {
+	pc := startProxiedCluster(t)
+	cfg := cluster.Config{Prefix: fmt.Sprintf("t%d", prefixes.Add(1))}
+	e0 := pc.engine(t, 0, cfg)
+	leaders, err := e0.Leaders(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const shard = 0
+	stream := fmt.Sprintf("%s_log_%d", cfg.Prefix, shard)
+	victim := pc.nodeIndex(t, leaders[stream])
+	survivor := (victim + 1) % 3
+	e := e0
+	if survivor != 0 {
+		e = pc.engine(t, survivor, cfg)
+	}
+	key := keyIn(e, shard)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	last, err := e.Append(ctx, key, 0, []byte("first"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev, err := e.Put(ctx, shard, []byte("n1"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Two writers, as the runtime's: one appends, one renews the shard's lease, each reading
+	// back after an unknown outcome. Each stops at its first success of a call that began
+	// after the kill.
+	type outcome struct {
+		what string
+		at   time.Time
+		err  error
+	}
+	var killedAt atomic.Int64 // unix nanoseconds; 0 until the kill
+	results := make(chan outcome, 2)
+	writer := func(what string, write, readBack func(ctx context.Context) error) {
+		for {
+			began := time.Now().UnixNano()
+			err := write(ctx)
+			k := killedAt.Load()
+			switch {
+			case err == nil && k != 0 && began > k:
+				results <- outcome{what: what, at: time.Now()}
+				return
+			case err == nil:
+			case k != 0 && began > k:
+				// Begun after the kill, with no leader or a new one: nothing was in flight, so
+				// the write waits for the new leader and succeeds.
+				results <- outcome{what: what, err: fmt.Errorf("a write begun after the kill failed: %w", err)}
+				return
+			case ctx.Err() == nil && (errors.Is(err, replog.ErrUnknown) || k != 0):
+				// Unknown, or failed for the kill: read what is there, and go on from it.
+				if err := readBack(ctx); err != nil {
+					results <- outcome{what: what, err: err}
+					return
+				}
+			default:
+				results <- outcome{what: what, err: err}
+				return
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		writer("append", func(ctx context.Context) error {
+			seq, err := e.Append(ctx, key, last, []byte("x"))
+			if err == nil {
+				last = seq
+			}
+			return err
+		}, func(ctx context.Context) (err error) {
+			last, _, err = e.Last(ctx, key)
+			return err
+		})
+	})
+	wg.Go(func() {
+		writer("lease put", func(ctx context.Context) error {
+			r, err := e.Put(ctx, shard, []byte("n1"), rev)
+			if err == nil {
+				rev = r
+			}
+			return err
+		}, func(ctx context.Context) (err error) {
+			rev, _, err = e.Get(ctx, shard)
+			return err
+		})
+	})
+	time.Sleep(300 * time.Millisecond) // let the writers run: the kill falls on writes under way
+	at := time.Now()
+	killedAt.Store(at.UnixNano())
+	pc.kill(victim)
+	leaderAt, err := pc.waitLeader(ctx, victim, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(results)
+	t.Logf("%s killed (it led %s); a survivor leads it %v later", pc.cfgs[victim].Name, stream, leaderAt.Sub(at).Round(time.Millisecond))
+	for r := range results {
+		if r.err != nil {
+			t.Fatalf("%s after the kill: %v", r.what, r.err)
+		}
+		after := r.at.Sub(leaderAt)
+		t.Logf("%s: first success %v after the kill, %v after the new leader", r.what, r.at.Sub(at).Round(time.Millisecond), after.Round(time.Millisecond))
+		if after > 2*time.Second {
+			t.Errorf("%s succeeded %v after the stream had a new leader; want within 2 s", r.what, after.Round(time.Millisecond))
+		}
+	}
+}
+
+// S-X3: a blob is read while the JetStream meta leader is gone and no other is elected yet: the
+// read takes direct gets from the blob's shard stream, nothing that needs the meta leader (a
+// consumer, as an object store's read makes, does). So are appends, a trim (a purge, which the
+// stream's leader answers), reads and lease writes of a shard whose stream's leader is alive.
+func TestEngine_BlobReadWithoutMetaLeader(t *testing.T) {
+	pc := startProxiedCluster(t)
+	cfg := cluster.Config{Prefix: fmt.Sprintf("t%d", prefixes.Add(1))}
+	es := []*cluster.Engine{pc.engine(t, 0, cfg), pc.engine(t, 1, cfg), pc.engine(t, 2, cfg)}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	meta, _ := pc.nodes[0].Leaders()
+	if meta == "" {
+		t.Fatal("no meta leader")
+	}
+	victim := pc.nodeIndex(t, meta)
+	survivor := (victim + 1) % 3
+	// A blob in a shard whose stream the meta leader does not lead.
+	leaders, err := es[0].Leaders(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shard := -1
+	for s := range es[0].Shards() {
+		if l := leaders[fmt.Sprintf("%s_log_%d", cfg.Prefix, s)]; l != "" && l != meta {
+			shard = s
+			break
+		}
+	}
+	if shard < 0 {
+		t.Fatalf("the meta leader %s leads every shard's stream (%v)", meta, leaders)
+	}
+	key := keyIn(es[0], shard)
+	blob := bytes.Repeat([]byte("snapshot "), 200_000) // 1.8 MiB: several chunks
+	if err := es[victim].PutBlob(ctx, key, "snap-1", bytes.NewReader(blob)); err != nil {
+		t.Fatal(err)
+	}
+	pc.kill(victim)
+	start := time.Now()
+	var got bytes.Buffer
+	rctx, rcancel := context.WithTimeout(ctx, 3*time.Second)
+	err = es[survivor].GetBlob(rctx, key, "snap-1", &got)
+	rcancel()
+	took := time.Since(start)
+	metaAfter, _ := pc.nodes[survivor].Leaders()
+	t.Logf("GetBlob on %s took %v after the meta leader %s was killed; the survivor's meta leader after: %q",
+		pc.cfgs[survivor].Name, took.Round(time.Millisecond), meta, metaAfter)
+	if err != nil || !bytes.Equal(got.Bytes(), blob) {
+		t.Fatalf("GetBlob without a meta leader: %d bytes, %v; want the blob", got.Len(), err)
+	}
+	// The log and the lease of the blob's shard are served too.
+	opStart := time.Now()
+	octx, ocancel := context.WithTimeout(ctx, 3*time.Second)
+	defer ocancel()
+	e := es[survivor]
+	seq, err := e.Append(octx, key, 0, []byte("one"))
+	if err == nil {
+		_, err = e.Append(octx, key, seq, []byte("two"))
+	}
+	if err == nil {
+		err = e.Trim(octx, key, seq+1)
+	}
+	var recs []string
+	if err == nil {
+		err = e.Read(octx, key, 0, func(_ uint64, rec []byte) error { recs = append(recs, string(rec)); return nil })
+	}
+	if err != nil || !slices.Equal(recs, []string{"two"}) {
+		t.Fatalf("Append, Trim, Read without a meta leader: %q, %v; want [two]", recs, err)
+	}
+	rev, err := e.Put(octx, shard, []byte("n2"), 0)
+	if err == nil {
+		_, err = e.Put(octx, shard, []byte("n2"), rev)
+	}
+	if err != nil {
+		t.Fatalf("lease Put without a meta leader: %v", err)
+	}
+	metaAfter, _ = pc.nodes[survivor].Leaders()
+	t.Logf("Append, Trim, Read, Put took %v; the survivor's meta leader after: %q", time.Since(opStart).Round(time.Millisecond), metaAfter)
+	if metaAfter != "" && metaAfter != meta {
+		t.Fatalf("a new meta leader (%s) was elected before the read returned: the test shows nothing", metaAfter)
+	}
+}
+
+// Drain hands over every leadership the node holds, the meta group's and its streams', before a
+// planned stop: afterwards it leads nothing, and once it is shut down every shard takes appends
+// at once on the other nodes (no election to wait for).
+func TestNode_DrainHandsLeadershipsOver(t *testing.T) {
+	c := startCluster(t, 3)
+	cfg := cluster.Config{Prefix: fmt.Sprintf("t%d", prefixes.Add(1)), Shards: 12}
+	es := []*cluster.Engine{c.engine(t, 0, cfg), c.engine(t, 1, cfg), c.engine(t, 2, cfg)}
+	meta, _ := c.nodes[0].Leaders()
+	if meta == "" {
+		t.Fatal("no meta leader")
+	}
+	d := -1
+	for i, cfg := range c.cfgs {
+		if cfg.Name == meta {
+			d = i
+		}
+	}
+	_, led := c.nodes[d].Leaders()
+	if len(led) == 0 {
+		t.Fatalf("the meta leader %s leads none of the 12 streams: nothing to show", meta)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := c.nodes[d].Drain(ctx); err != nil {
+		t.Fatalf("Drain: %v", err)
+	}
+	t.Logf("Drain of %s (meta leader, %d streams) took %v", meta, len(led), time.Since(start).Round(time.Millisecond))
+	if m, streams := c.nodes[d].Leaders(); m == meta || len(streams) > 0 {
+		t.Fatalf("after Drain, %s sees meta leader %q and leads %v; want another meta leader and no stream", meta, m, streams)
+	}
+	survivor := (d + 1) % 3
+	for deadline := time.Now().Add(2 * time.Second); ; {
+		m, _ := c.nodes[survivor].Leaders()
+		if m != "" && m != meta {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("2 s after Drain, %s sees meta leader %q; want another", c.cfgs[survivor].Name, m)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c.stop(d)
+	actx, acancel := context.WithTimeout(ctx, 2*time.Second)
+	defer acancel()
+	for shard := range es[survivor].Shards() {
+		if _, err := es[survivor].Append(actx, keyIn(es[survivor], shard), 0, []byte("x")); err != nil {
+			t.Fatalf("Append to shard %d right after the drained node stopped: %v", shard, err)
+		}
+	}
+	// A node without a cluster has nothing to hand over.
+	alone := startCluster(t, 1)
+	if err := alone.nodes[0].Drain(ctx); err != nil {
+		t.Fatalf("Drain of a node without a cluster: %v", err)
+	}
+}

@@ -1,0 +1,180 @@
+package core_test
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/durable-go/durable/core"
+	"github.com/durable-go/durable/replog"
+	"github.com/durable-go/durable/replog/replogtest"
+)
+
+// sameShard returns n names of objects of namespace kv that c puts in one shard.
+func sameShard(c *replogtest.MemCluster, n int) []string {
+	by := map[int][]string{}
+	for i := 0; ; i++ {
+		name := "s" + strconv.Itoa(i)
+		s := c.ShardOf("kv/" + name)
+		by[s] = append(by[s], name)
+		if len(by[s]) == n {
+			return by[s]
+		}
+	}
+}
+
+// S-CL4: ownership is per shard: the node that holds an object's shard serves every object of the
+// shard, and the others are refused for all of them, naming it.
+func TestClusterOwnsWholeShards(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := replogtest.NewMemCluster()
+		n1 := openNode(t, c, "n1")
+		defer n1.rt.Close()
+		n2 := openNode(t, c, "n2")
+		defer n2.rt.Close()
+		names := sameShard(c, 3)
+		require.NoError(t, n1.put(names[0], "k", "v"))
+		for _, name := range names[1:] {
+			err := n2.put(name, "k", "v")
+			require.ErrorIs(t, err, core.ErrNotOwner, "%s is in the shard node 1 holds", name)
+			var noe *core.NotOwnerError
+			require.ErrorAs(t, err, &noe)
+			require.Equal(t, "n1", noe.Holder)
+			require.NoError(t, n1.put(name, "k", "v"), "node 1 serves every object of its shard")
+		}
+		require.Equal(t, int64(1), n1.rt.Stats().Cluster.HeldLeases, "one lease for the shard's three objects")
+		require.Equal(t, map[int]string{c.ShardOf("kv/" + names[0]): "n1"}, n2.rt.Stats().Cluster.Owners)
+	})
+}
+
+// countingLeases counts the reads of the leases.
+type countingLeases struct {
+	replog.Leases
+	gets atomic.Int64
+}
+
+func (l *countingLeases) Get(ctx context.Context, shard int) (uint64, []byte, error) {
+	l.gets.Add(1)
+	return l.Leases.Get(ctx, shard)
+}
+
+// S-CL4, S-CL12: a call at a node that does not hold the object's shard, while the holder beats, is refused
+// from the node's table in memory: no read of the lease through the engine's quorum, so a paused or
+// slow engine does not slow the refusal.
+func TestClusterRefusesFromMemory(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := replogtest.NewMemCluster()
+		n1 := openNode(t, c, "n1")
+		defer n1.rt.Close()
+		var counted *countingLeases
+		n2 := openNode(t, c, "n2", func(o *core.Options) {
+			counted = &countingLeases{Leases: o.Replication.Leases}
+			o.Replication.Leases = counted
+		})
+		defer n2.rt.Close()
+		require.NoError(t, n1.put("acct", "k", "v"))
+		n2.view.CutLeases(true) // refusals need no engine: node 1's beat named the shard as it took it
+		before := counted.gets.Load()
+		for range 10 {
+			_, err := n2.get("acct", "k")
+			var noe *core.NotOwnerError
+			require.ErrorAs(t, err, &noe)
+			require.Equal(t, "n1", noe.Holder)
+		}
+		require.Equal(t, before, counted.gets.Load(), "no lease read for a refusal")
+	})
+}
+
+// S-CL12: a node that stops beating (dead, or cut off) loses its shards to the survivors once their
+// leases lapse, without a call: each shard goes to the survivor that rendezvous hashing picks, so a
+// dead node's shards spread over all of them. A call at any survivor then finds the shard held.
+func TestClusterDeadNodesShardsTakenOver(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := replogtest.NewMemCluster()
+		n1 := openNode(t, c, "n1")
+		n2 := openNode(t, c, "n2")
+		defer n2.rt.Close()
+		n3 := openNode(t, c, "n3")
+		defer n3.rt.Close()
+		time.Sleep(3 * clusterTTL) // the survivors have settled
+		shards := map[int]bool{}
+		for i := range 40 {
+			name := "o" + strconv.Itoa(i)
+			require.NoError(t, n1.put(name, "k", "v"+name))
+			shards[c.ShardOf("kv/"+name)] = true
+		}
+		require.Equal(t, int64(len(shards)), n1.rt.Stats().Cluster.HeldLeases)
+
+		// Node 1 dies: no beats, no renewals, no appends.
+		n1.view.CutBeacon(true)
+		n1.view.CutLeases(true)
+		n1.view.CutLog(true)
+		time.Sleep(clusterTTL + clusterTTL/2)
+		h2, h3 := n2.rt.Stats().Cluster.HeldLeases, n3.rt.Stats().Cluster.HeldLeases
+		require.Equal(t, int64(len(shards)), h2+h3, "every shard of node 1's is taken over within 1.5 LeaseTTL")
+		require.NotZero(t, h2, "spread over the survivors")
+		require.NotZero(t, h3, "spread over the survivors")
+		for i := range 40 {
+			name := "o" + strconv.Itoa(i)
+			v, err := n2.get(name, "k")
+			if err != nil {
+				var noe *core.NotOwnerError
+				require.ErrorAs(t, err, &noe)
+				require.Equal(t, "n3", noe.Holder, "node 2 names the survivor holding %s's shard", name)
+				v, err = n3.get(name, "k")
+			}
+			require.NoError(t, err)
+			require.Equal(t, "v"+name, v)
+		}
+		n1.rt.Close()
+	})
+}
+
+// S-CL12: a node that shuts down drains: it takes no shard from then on, refusing with the name of
+// the node that should serve instead, its readiness says so, and each shard's lease goes back as
+// the shard's last object is evicted, so another node takes it at once.
+func TestClusterShutdownDrains(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := replogtest.NewMemCluster()
+		n1 := openNode(t, c, "n1")
+		n2 := openNode(t, c, "n2")
+		defer n2.rt.Close()
+		time.Sleep(3 * clusterTTL)
+		require.NoError(t, n1.rt.Stats().Cluster.Ready)
+		require.NoError(t, n2.rt.Stats().Cluster.Ready)
+		require.Equal(t, int64(2), n2.rt.Stats().Cluster.Members)
+		require.NoError(t, n1.put("acct", "k", "v"))
+		require.NoError(t, n1.rt.Shutdown(context.Background()))
+		require.Equal(t, int64(1), n2.rt.Stats().Cluster.Members, "a closed node says it is gone")
+		start := time.Now()
+		v, err := n2.get("acct", "k")
+		require.NoError(t, err)
+		require.Equal(t, "v", v)
+		require.Zero(t, time.Since(start), "taken at once: the lease was handed back")
+	})
+}
+
+// S-CL12: a node is not ready until its engine has answered, and says why.
+func TestClusterReadiness(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := replogtest.NewMemCluster()
+		view := c.Node()
+		view.CutLeases(true)
+		n := openNode(t, c, "n1", func(o *core.Options) {
+			o.Replication.Leases = view.Leases()
+		})
+		defer n.rt.Close()
+		time.Sleep(clusterTTL)
+		err := n.rt.Stats().Cluster.Ready
+		require.Error(t, err)
+		require.Contains(t, err.Error(), "engine")
+		view.CutLeases(false)
+		time.Sleep(clusterTTL / 2)
+		require.NoError(t, n.rt.Stats().Cluster.Ready)
+	})
+}
