@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"slices"
@@ -26,10 +25,12 @@ import (
 
 // link is a TCP proxy on 127.0.0.1 that one node's route to another goes through; kill closes its
 // connections and refuses new ones, as the network does once a peer's process is gone (its
-// kernel closes its sockets).
+// kernel closes its sockets); pause throws away what they carry, as when a peer's process is
+// stopped or the network between drops everything.
 type link struct {
-	l  net.Listener
-	to string
+	l      net.Listener
+	to     string
+	paused atomic.Bool
 
 	mu    sync.Mutex
 	dead  bool
@@ -81,9 +82,20 @@ func (k *link) serve(near net.Conn) {
 	}
 	var wg sync.WaitGroup
 	pipe := func(dst, src net.Conn) {
-		io.Copy(dst, src)
-		dst.Close()
-		src.Close()
+		defer dst.Close()
+		defer src.Close()
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 && !k.paused.Load() {
+				if _, err := dst.Write(buf[:n]); err != nil {
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
 	}
 	wg.Go(func() { pipe(far, near) })
 	wg.Go(func() { pipe(near, far) })
@@ -99,6 +111,9 @@ func (k *link) kill() {
 	}
 	k.mu.Unlock()
 }
+
+// pause throws away what the link's connections carry, both ways, from now on.
+func (k *link) pause() { k.paused.Store(true) }
 
 func (k *link) close() {
 	k.kill()
@@ -167,6 +182,17 @@ func (pc *proxiedCluster) kill(i int) {
 	}
 }
 
+// pause cuts node i off from the others, both ways, at once, leaving their connections open: to
+// them it is a process that stopped.
+func (pc *proxiedCluster) pause(i int) {
+	for j := range 3 {
+		if j != i {
+			pc.links[i][j].pause()
+			pc.links[j][i].pause()
+		}
+	}
+}
+
 // nodeIndex returns the index of the node named name.
 func (pc *proxiedCluster) nodeIndex(t *testing.T, name string) int {
 	t.Helper()
@@ -180,12 +206,17 @@ func (pc *proxiedCluster) nodeIndex(t *testing.T, name string) int {
 }
 
 // keyIn returns a key of e's shard.
-func keyIn(e *cluster.Engine, shard int) string {
-	for i := 0; ; i++ {
+func keyIn(e *cluster.Engine, shard int) string { return keysIn(e, shard, 1)[0] }
+
+// keysIn returns n keys of e's shard.
+func keysIn(e *cluster.Engine, shard, n int) []string {
+	var keys []string
+	for i := 0; len(keys) < n; i++ {
 		if key := fmt.Sprintf("counters/k%d", i); e.ShardOf(key) == shard {
-			return key
+			keys = append(keys, key)
 		}
 	}
+	return keys
 }
 
 // waitLeader returns when one of the nodes other than dead says it leads stream, and when.
@@ -213,8 +244,23 @@ func (pc *proxiedCluster) waitLeader(ctx context.Context, dead int, stream strin
 // gives up after AttemptTimeout (the append says its outcome is unknown, and the writer reads
 // the last record, as the runtime does), and one that finds no leader is sent again.
 func TestEngine_StreamLeaderKilled(t *testing.T) {
+	t.Run("Killed", func(t *testing.T) { testStreamLeaderLost(t, true) })
+	// A paused leader's peers go on sending it what they route to it (the stream's subjects, to
+	// which it still listens, and a third of the direct gets), and nothing answers: an append
+	// under way, or begun before the new leader, waits AttemptTimeout and says its outcome is
+	// unknown; the next one goes to both, and a direct get is sent again to another replica.
+	t.Run("Paused", func(t *testing.T) { testStreamLeaderLost(t, false) })
+}
+
+// testStreamLeaderLost loses a shard stream's leader, killed or paused.
+func testStreamLeaderLost(t *testing.T, killed bool) {
 	pc := startProxiedCluster(t)
 	cfg := cluster.Config{Prefix: fmt.Sprintf("t%d", prefixes.Add(1))}
+	if !killed {
+		// A write begun just before the new leader waits out its attempt: 1 s leaves 1 s for
+		// reading back and writing again.
+		cfg.AttemptTimeout = time.Second
+	}
 	e0 := pc.engine(t, 0, cfg)
 	leaders, err := e0.Leaders(t.Context())
 	if err != nil {
@@ -249,7 +295,7 @@ func TestEngine_StreamLeaderKilled(t *testing.T) {
 		err  error
 	}
 	var killedAt atomic.Int64 // unix nanoseconds; 0 until the kill
-	results := make(chan outcome, 2)
+	results := make(chan outcome, 3)
 	writer := func(what string, write, readBack func(ctx context.Context) error) {
 		for {
 			began := time.Now().UnixNano()
@@ -260,7 +306,7 @@ func TestEngine_StreamLeaderKilled(t *testing.T) {
 				results <- outcome{what: what, at: time.Now()}
 				return
 			case err == nil:
-			case k != 0 && began > k:
+			case killed && k != 0 && began > k:
 				// Begun after the kill, with no leader or a new one: nothing was in flight, so
 				// the write waits for the new leader and succeeds.
 				results <- outcome{what: what, err: fmt.Errorf("a write begun after the kill failed: %w", err)}
@@ -304,11 +350,35 @@ func TestEngine_StreamLeaderKilled(t *testing.T) {
 	})
 	time.Sleep(300 * time.Millisecond) // let the writers run: the kill falls on writes under way
 	at := time.Now()
-	killedAt.Store(at.UnixNano())
-	pc.kill(victim)
+	if killed {
+		pc.kill(victim)
+	} else {
+		pc.pause(victim)
+	}
+	// A write begun within moments of the kill may yet be routed to the dead node before its
+	// peers see its routes closed: writes begun later count as begun after it.
+	killedAt.Store(at.Add(250 * time.Millisecond).UnixNano())
+	// A write that begins while the stream has no leader waits for the new one if no server
+	// takes it (no responders: the leader was killed).
+	lateBegan := make(chan time.Time, 1)
+	wg.Go(func() {
+		time.Sleep(500 * time.Millisecond)
+		lateBegan <- time.Now()
+		late, expect := keysIn(e, shard, 2)[1], uint64(0)
+		writer("append begun without a leader", func(ctx context.Context) error {
+			_, err := e.Append(ctx, late, expect, []byte("late"))
+			return err
+		}, func(ctx context.Context) (err error) {
+			expect, _, err = e.Last(ctx, late)
+			return err
+		})
+	})
 	leaderAt, err := pc.waitLeader(ctx, victim, stream)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if began := <-lateBegan; !began.Before(leaderAt) {
+		t.Fatalf("the late append began %v after the kill, once the stream had a leader again: it shows nothing", began.Sub(at))
 	}
 	wg.Wait()
 	close(results)
