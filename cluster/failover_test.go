@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/durable-go/durable/cluster"
 	"github.com/durable-go/durable/internal/loopback"
 	"github.com/durable-go/durable/replog"
@@ -121,21 +123,26 @@ func (k *link) close() {
 	k.wg.Wait()
 }
 
-// proxiedCluster is 3 nodes whose routes go through links, one per ordered pair of nodes, so that
+// proxiedCluster is nodes whose routes go through links, one per ordered pair of nodes, so that
 // a node can be cut off from the others at once: a crash, as its peers see it.
 type proxiedCluster struct {
 	*testCluster
-	links [3][3]*link // links[i][j]: node i's route to node j
+	links [][]*link // links[i][j]: node i's route to node j
 }
 
-func startProxiedCluster(t *testing.T) *proxiedCluster {
+func startProxiedCluster(t *testing.T) *proxiedCluster { return startProxiedClusterOf(t, 3) }
+
+func startProxiedClusterOf(t *testing.T, n int) *proxiedCluster {
 	t.Helper()
-	const n = 3
 	ports, err := loopback.FreePorts(2 * n)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pc := &proxiedCluster{testCluster: &testCluster{cfgs: make([]cluster.NodeConfig, n), nodes: make([]*cluster.Node, n)}}
+	pc.links = make([][]*link, n)
+	for i := range pc.links {
+		pc.links[i] = make([]*link, n)
+	}
 	t.Cleanup(func() {
 		pc.shutdown()
 		for i := range n {
@@ -174,7 +181,7 @@ func startProxiedCluster(t *testing.T) *proxiedCluster {
 // kill cuts node i off from the others, both ways, at once. The node runs on, alone, until the
 // test ends.
 func (pc *proxiedCluster) kill(i int) {
-	for j := range 3 {
+	for j := range pc.nodes {
 		if j != i {
 			pc.links[i][j].kill()
 			pc.links[j][i].kill()
@@ -185,7 +192,7 @@ func (pc *proxiedCluster) kill(i int) {
 // pause cuts node i off from the others, both ways, at once, leaving their connections open: to
 // them it is a process that stopped.
 func (pc *proxiedCluster) pause(i int) {
-	for j := range 3 {
+	for j := range pc.nodes {
 		if j != i {
 			pc.links[i][j].pause()
 			pc.links[j][i].pause()
@@ -532,4 +539,76 @@ func TestNode_DrainHandsLeadershipsOver(t *testing.T) {
 	if err := alone.nodes[0].Drain(ctx); err != nil {
 		t.Fatalf("Drain of a node without a cluster: %v", err)
 	}
+}
+
+// S-X2, S-X4: with a stream's leader stopped (paused, its routes still open: its peers go on
+// handing it a share of the direct gets, which it never answers) and another elected, every read
+// on a node that keeps no replica of the stream (its server hands each direct get to a replica at
+// random) answers within an attempt: a direct get without an answer is sent again.
+func TestEngine_ReadsWithAReplicaPaused(t *testing.T) {
+	pc := startProxiedClusterOf(t, 4)
+	cfg := cluster.Config{Prefix: fmt.Sprintf("t%d", prefixes.Add(1))}
+	e0 := pc.engine(t, 0, cfg)
+	const shard = 0
+	js, err := jetstream.New(pc.conn(t, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(t.Context(), fmt.Sprintf("%s_log_%d", cfg.Prefix, shard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ci := s.CachedInfo().Cluster
+	replicas := map[string]bool{ci.Leader: true}
+	victim := pc.nodeIndex(t, ci.Leader)
+	for _, r := range ci.Replicas {
+		replicas[r.Name] = true
+	}
+	reader := -1 // the node without a replica
+	for i, c := range pc.cfgs {
+		if !replicas[c.Name] {
+			reader = i
+		}
+	}
+	if victim < 0 || reader < 0 {
+		t.Fatalf("stream of shard %d: leader %s, replicas %v: want 3 of the 4 nodes", shard, ci.Leader, replicas)
+	}
+	e := e0
+	if reader != 0 {
+		e = pc.engine(t, reader, cfg)
+	}
+	ctx := t.Context()
+	key := keyIn(e, shard)
+	seq, err := e.Append(ctx, key, 0, []byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev, err := e.Put(ctx, shard, []byte("n1"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.pause(victim)
+	if _, err := pc.waitLeader(ctx, victim, fmt.Sprintf("%s_log_%d", cfg.Prefix, shard)); err != nil {
+		t.Fatal(err)
+	}
+	// The first read may find the new leader still taking over: it gets the time it needs.
+	if _, _, err := e.Last(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	var slowest time.Duration
+	for i := range 20 {
+		start := time.Now()
+		rctx, cancel := context.WithTimeout(ctx, cluster.DefaultAttemptTimeout)
+		last, _, err := e.Last(rctx, key)
+		var got uint64
+		if err == nil {
+			got, _, err = e.Get(rctx, shard)
+		}
+		cancel()
+		if err != nil || last != seq || got != rev {
+			t.Fatalf("read %d with a replica paused: Last %d, Get %d, %v; want %d, %d", i, last, got, err, seq, rev)
+		}
+		slowest = max(slowest, time.Since(start))
+	}
+	t.Logf("the slowest of 20 Last and Get pairs with a replica paused: %v", slowest.Round(time.Millisecond))
 }

@@ -132,10 +132,11 @@ func (e *Engine) tryConfirmedLast(ctx context.Context, stream, subject, barrier 
 }
 
 // writeBarrier publishes a read barrier and returns its sequence. A barrier is safe to write
-// twice, so one without an acknowledgement after hedgeAfter is sent again, up to hedges times,
-// each with a reply subject of its own, and the first acknowledgement counts: a barrier sent to a
-// leader that has just been stopped or cut off (its peers still route the stream's subjects to
-// it) gets none, and the one sent again reaches the new leader as soon as there is one.
+// twice, so one without an acknowledgement after hedgeAfter is sent again, and so on until ctx
+// ends (an attempt's), each with a reply subject of its own, and the first acknowledgement counts:
+// a barrier sent to a leader that has just been stopped or cut off (its peers still route the
+// stream's subjects to it) gets none, and the one sent again reaches the new leader as soon as
+// there is one.
 func (e *Engine) writeBarrier(ctx context.Context, barrier string) (uint64, error) {
 	inbox := e.nc.NewInbox()
 	sub, err := e.nc.SubscribeSync(inbox + ".*")
@@ -155,14 +156,11 @@ func (e *Engine) writeBarrier(ctx context.Context, barrier string) (uint64, erro
 		return 0, err
 	}
 	for {
-		wait, cancel := ctx, context.CancelFunc(func() {})
-		if sent <= hedges {
-			wait, cancel = context.WithTimeout(ctx, e.hedgeAfter())
-		}
+		wait, cancel := context.WithTimeout(ctx, e.hedgeAfter())
 		a, err := sub.NextMsgWithContext(wait)
 		cancel()
 		switch {
-		case err != nil && sent <= hedges && ctx.Err() == nil:
+		case err != nil && ctx.Err() == nil:
 			if err := send(); err != nil {
 				return 0, err
 			}
@@ -218,9 +216,9 @@ func (e *Engine) lastUpTo(ctx context.Context, stream, subject, barrier string, 
 // The replicas answer as a queue group, and a server passes a request to a member at random, a
 // remote one as well as its own: one on a node that is stopped or cut off, whose route its peers
 // have not closed yet (that takes their pings minutes), takes requests and answers none. So a
-// request that has no answer after hedgeAfter is sent again, to another member at random, up to
-// hedges times, each with a reply subject of its own; the first to answer is read to its end, the
-// others are ignored.
+// request that has no answer after hedgeAfter is sent again, to another member at random, and so
+// on until ctx ends (an attempt's), each with a reply subject of its own; the first to answer is
+// read to its end, the others are ignored.
 func (e *Engine) directGet(ctx context.Context, stream string, req []byte, fn func(seq uint64, m *nats.Msg)) error {
 	inbox := e.nc.NewInbox()
 	sub, err := e.nc.SubscribeSync(inbox + ".*")
@@ -240,12 +238,12 @@ func (e *Engine) directGet(ctx context.Context, stream string, req []byte, fn fu
 	for {
 		wait := ctx
 		var cancel context.CancelFunc = func() {}
-		if chosen == "" && sent <= hedges {
+		if chosen == "" {
 			wait, cancel = context.WithTimeout(ctx, e.hedgeAfter())
 		}
 		m, err := sub.NextMsgWithContext(wait)
 		cancel()
-		if err != nil && chosen == "" && sent <= hedges && ctx.Err() == nil {
+		if err != nil && chosen == "" && ctx.Err() == nil {
 			if err := send(); err != nil { // no answer yet: ask another replica
 				return err
 			}
@@ -276,9 +274,6 @@ func (e *Engine) directGet(ctx context.Context, stream string, req []byte, fn fu
 		fn(seq, m)
 	}
 }
-
-// hedges is how many times a direct get without an answer is sent again within one attempt.
-const hedges = 3
 
 // hedgeAfter is how long a direct get waits for an answer before it is sent again: a replica
 // answers in milliseconds.
