@@ -302,7 +302,7 @@ func testStreamLeaderLost(t *testing.T, killed bool) {
 		err  error
 	}
 	var killedAt atomic.Int64 // unix nanoseconds; 0 until the kill
-	results := make(chan outcome, 3)
+	results := make(chan outcome, 4)
 	writer := func(what string, write, readBack func(ctx context.Context) error) {
 		for {
 			began := time.Now().UnixNano()
@@ -380,6 +380,21 @@ func testStreamLeaderLost(t *testing.T, killed bool) {
 			return err
 		})
 	})
+	// A read begun without a leader, by an engine whose attempts are long (5 s), ends soon after
+	// the new leader: its barrier, sent to the paused leader, is sent again every hedgeAfter.
+	readDone := make(chan time.Time, 1)
+	if !killed {
+		slow := cfg
+		slow.AttemptTimeout = 5 * time.Second
+		r := pc.engine(t, survivor, slow)
+		wg.Go(func() {
+			time.Sleep(500 * time.Millisecond)
+			if _, _, err := r.Last(ctx, key); err != nil {
+				results <- outcome{what: "read begun without a leader", err: err}
+			}
+			readDone <- time.Now()
+		})
+	}
 	leaderAt, err := pc.waitLeader(ctx, victim, stream)
 	if err != nil {
 		t.Fatal(err)
@@ -388,6 +403,13 @@ func testStreamLeaderLost(t *testing.T, killed bool) {
 		t.Fatalf("the late append began %v after the kill, once the stream had a leader again: it shows nothing", began.Sub(at))
 	}
 	wg.Wait()
+	if !killed {
+		if after := (<-readDone).Sub(leaderAt); after > time.Second {
+			t.Errorf("a read begun without a leader, with attempts of 5 s, ended %v after the new leader; want within 1 s", after.Round(time.Millisecond))
+		} else {
+			t.Logf("a read begun without a leader, with attempts of 5 s, ended %v after the new leader", after.Round(time.Millisecond))
+		}
+	}
 	close(results)
 	t.Logf("%s killed (it led %s); a survivor leads it %v later", pc.cfgs[victim].Name, stream, leaderAt.Sub(at).Round(time.Millisecond))
 	for r := range results {
