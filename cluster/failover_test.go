@@ -245,7 +245,7 @@ func (pc *proxiedCluster) waitLeader(ctx context.Context, dead int, stream strin
 	}
 }
 
-// S-X1, S-X4: when a shard stream's leader dies, an append and a lease write on another node
+// S-X8, S-X1, S-X4: when a shard stream's leader dies, an append and a lease write on another node
 // that were under way, or began while there was no leader, complete soon after the stream has a
 // new leader (within 2 s of it), not after a fixed 10 s: an attempt that gets no acknowledgement
 // gives up after AttemptTimeout (the append says its outcome is unknown, and the writer reads
@@ -414,7 +414,7 @@ func testStreamLeaderLost(t *testing.T, killed bool) {
 	}
 }
 
-// S-X3: a blob is read while the JetStream meta leader is gone and no other is elected yet: the
+// S-X8, S-X3: a blob is read while the JetStream meta leader is gone and no other is elected yet: the
 // read takes direct gets from the blob's shard stream, nothing that needs the meta leader (a
 // consumer, as an object store's read makes, does). So are appends, a trim (a purge, which the
 // stream's leader answers), reads and lease writes of a shard whose stream's leader is alive.
@@ -496,7 +496,7 @@ func TestEngine_BlobReadWithoutMetaLeader(t *testing.T) {
 	}
 }
 
-// Drain hands over every leadership the node holds, the meta group's and its streams', before a
+// S-X8: Drain hands over every leadership the node holds, the meta group's and its streams', before a
 // planned stop: afterwards it leads nothing, and once it is shut down every shard takes appends
 // at once on the other nodes (no election to wait for).
 func TestNode_DrainHandsLeadershipsOver(t *testing.T) {
@@ -553,7 +553,7 @@ func TestNode_DrainHandsLeadershipsOver(t *testing.T) {
 	}
 }
 
-// S-X2, S-X4: with a stream's leader stopped (paused, its routes still open: its peers go on
+// S-X8, S-X2, S-X4: with a stream's leader stopped (paused, its routes still open: its peers go on
 // handing it a share of the direct gets, which it never answers) and another elected, every read
 // on a node that keeps no replica of the stream (its server hands each direct get to a replica at
 // random) answers within an attempt: a direct get without an answer is sent again.
