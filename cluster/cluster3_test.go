@@ -41,7 +41,7 @@ func TestEngine_LeasesContract3Nodes(t *testing.T) {
 	replogtest.LeasesContract(t, func(t *testing.T) replog.Leases { return c.engine(t, rand.IntN(3), cluster.Config{Shards: 16}) })
 }
 
-// The engine keeps replog.Beacon's contract on three nodes: an engine on each hears every beat.
+// S-X8: the engine keeps replog.Beacon's contract on three nodes: an engine on each hears every beat.
 func TestEngine_BeaconContract3Nodes(t *testing.T) {
 	c := sharedCluster(t)
 	replogtest.BeaconContract(t, func(t *testing.T, n int) []replog.Beacon { return c.beacons(t, n) })

@@ -37,7 +37,8 @@ type Config struct {
 	Timeout time.Duration
 
 	// AttemptTimeout bounds one attempt of an operation: one publish and the wait for its
-	// acknowledgement, one read of a replica, one purge (default 1.5 s). While a stream elects a
+	// acknowledgement (with 1 s more per MiB of the message), one read of a replica, one purge
+	// (default 1.5 s). While a stream elects a
 	// new leader nothing answers; an attempt that gets no answer is tried again if that is safe (a
 	// read, a purge, a refusal that stored nothing), until the operation's context ends, and an
 	// append whose acknowledgement did not come is replog.ErrUnknown at once. So a call comes back
@@ -232,7 +233,7 @@ func (e *Engine) publish(ctx context.Context, m *nats.Msg, opts ...jetstream.Pub
 	opts = append(opts, jetstream.WithRetryAttempts(0))
 	wait := 500 * time.Microsecond
 	for {
-		actx, cancel := context.WithTimeout(ctx, e.cfg.AttemptTimeout)
+		actx, cancel := context.WithTimeout(ctx, e.publishTimeout(len(m.Data)))
 		ack, err := e.js.PublishMsg(actx, m, opts...)
 		cancel()
 		if !storedNothing(err) {
@@ -247,6 +248,12 @@ func (e *Engine) publish(ctx context.Context, m *nats.Msg, opts ...jetstream.Pub
 		}
 		wait = min(2*wait, limit)
 	}
+}
+
+// publishTimeout bounds one attempt at publishing n bytes: AttemptTimeout, and 1 s more per MiB
+// (a record may be of several MiB, sent to and synced on a majority of the replicas).
+func (e *Engine) publishTimeout(n int) time.Duration {
+	return e.cfg.AttemptTimeout + time.Duration(n)*time.Second/(1<<20)
 }
 
 // storedNothing reports whether err is a refusal of a publish that stored nothing (see publish).

@@ -192,7 +192,7 @@ func TestEngine_LeasesContract1Node(t *testing.T) {
 	replogtest.LeasesContract(t, func(t *testing.T) replog.Leases { return c.engine(t, 0, cluster.Config{Shards: 16}) })
 }
 
-// The engine keeps replog.Beacon's contract on one node: every engine over the node, of one
+// S-X8: the engine keeps replog.Beacon's contract on one node: every engine over the node, of one
 // prefix, hears every beat.
 func TestEngine_BeaconContract1Node(t *testing.T) {
 	c := startCluster(t, 1)

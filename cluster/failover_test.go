@@ -10,211 +10,41 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/durable-go/durable/cluster"
-	"github.com/durable-go/durable/internal/loopback"
 	"github.com/durable-go/durable/replog"
 )
 
-// link is a TCP proxy on 127.0.0.1 that one node's route to another goes through; kill closes its
-// connections and refuses new ones, as the network does once a peer's process is gone (its
-// kernel closes its sockets).
-type link struct {
-	l  net.Listener
-	to string
-
-	mu    sync.Mutex
-	dead  bool
-	conns map[net.Conn]struct{}
-	wg    sync.WaitGroup
-}
-
-func newLink(t *testing.T, to string) *link {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := &link{l: l, to: to, conns: map[net.Conn]struct{}{}}
-	k.wg.Go(func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			k.wg.Go(func() { k.serve(c) })
-		}
-	})
-	return k
-}
-
-func (k *link) track(cs ...net.Conn) bool {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.dead {
-		return false
-	}
-	for _, c := range cs {
-		k.conns[c] = struct{}{}
-	}
-	return true
-}
-
-func (k *link) serve(near net.Conn) {
-	far, err := net.Dial("tcp", k.to)
-	if err != nil {
-		near.Close()
-		return
-	}
-	if !k.track(near, far) {
-		near.Close()
-		far.Close()
-		return
-	}
-	var wg sync.WaitGroup
-	pipe := func(dst, src net.Conn) {
-		io.Copy(dst, src)
-		dst.Close()
-		src.Close()
-	}
-	wg.Go(func() { pipe(far, near) })
-	wg.Go(func() { pipe(near, far) })
-	wg.Wait()
-}
-
-// kill closes the link's connections and refuses new ones.
-func (k *link) kill() {
-	k.mu.Lock()
-	k.dead = true
-	for c := range k.conns {
-		c.Close()
-	}
-	k.mu.Unlock()
-}
-
-func (k *link) close() {
-	k.kill()
-	k.l.Close()
-	k.wg.Wait()
-}
-
-// proxiedCluster is 3 nodes whose routes go through links, one per ordered pair of nodes, so that
-// a node can be cut off from the others at once: a crash, as its peers see it.
-type proxiedCluster struct {
-	*testCluster
-	links [3][3]*link // links[i][j]: node i's route to node j
-}
-
-func startProxiedCluster(t *testing.T) *proxiedCluster {
-	t.Helper()
-	const n = 3
-	ports, err := loopback.FreePorts(2 * n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pc := &proxiedCluster{testCluster: &testCluster{cfgs: make([]cluster.NodeConfig, n), nodes: make([]*cluster.Node, n)}}
-	t.Cleanup(func() {
-		pc.shutdown()
-		for i := range n {
-			for j := range n {
-				if pc.links[i][j] != nil {
-					pc.links[i][j].close()
-				}
-			}
-		}
-	})
-	for i := range n {
-		var routes []string
-		for j := range n {
-			if j != i {
-				pc.links[i][j] = newLink(t, fmt.Sprintf("127.0.0.1:%d", ports[n+j]))
-				routes = append(routes, "nats://"+pc.links[i][j].l.Addr().String())
-			}
-		}
-		dir, err := os.MkdirTemp(t.TempDir(), "node")
-		if err != nil {
-			t.Fatal(err)
-		}
-		pc.dirs = append(pc.dirs, dir)
-		// An address no one listens on: nodes learn of each other only through their routes.
-		pc.cfgs[i] = cluster.NodeConfig{Name: fmt.Sprintf("n%d", i+1), Dir: dir, Port: ports[i],
-			ClusterName: "test", ClusterPort: ports[n+i], Routes: routes, ClusterAdvertise: "127.0.0.1:1"}
-	}
-	for i := range n {
-		if err := pc.start(i); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return pc
-}
-
-// kill cuts node i off from the others, both ways, at once. The node runs on, alone, until the
-// test ends.
-func (pc *proxiedCluster) kill(i int) {
-	for j := range 3 {
-		if j != i {
-			pc.links[i][j].kill()
-			pc.links[j][i].kill()
-		}
-	}
-}
-
-// nodeIndex returns the index of the node named name.
-func (pc *proxiedCluster) nodeIndex(t *testing.T, name string) int {
-	t.Helper()
-	for i, cfg := range pc.cfgs {
-		if cfg.Name == name {
-			return i
-		}
-	}
-	t.Fatalf("no node named %q", name)
-	return -1
-}
-
-// keyIn returns a key of e's shard.
-func keyIn(e *cluster.Engine, shard int) string {
-	for i := 0; ; i++ {
-		if key := fmt.Sprintf("counters/k%d", i); e.ShardOf(key) == shard {
-			return key
-		}
-	}
-}
-
-// waitLeader returns when one of the nodes other than dead says it leads stream, and when.
-func (pc *proxiedCluster) waitLeader(ctx context.Context, dead int, stream string) (time.Time, error) {
-	for {
-		for i, n := range pc.nodes {
-			if i == dead {
-				continue
-			}
-			if _, streams := n.Leaders(); slices.Contains(streams, stream) {
-				return time.Now(), nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return time.Time{}, fmt.Errorf("no survivor leads %s: %w", stream, ctx.Err())
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-}
-
-// S-X1, S-X4: when a shard stream's leader dies, an append and a lease write on another node
+// S-X8, S-X1, S-X4: when a shard stream's leader dies, an append and a lease write on another node
 // that were under way, or began while there was no leader, complete soon after the stream has a
 // new leader (within 2 s of it), not after a fixed 10 s: an attempt that gets no acknowledgement
 // gives up after AttemptTimeout (the append says its outcome is unknown, and the writer reads
 // the last record, as the runtime does), and one that finds no leader is sent again.
 func TestEngine_StreamLeaderKilled(t *testing.T) {
+	t.Run("Killed", func(t *testing.T) { testStreamLeaderLost(t, true) })
+	// A paused leader's peers go on sending it what they route to it (the stream's subjects, to
+	// which it still listens, and a third of the direct gets), and nothing answers: an append
+	// under way, or begun before the new leader, waits AttemptTimeout and says its outcome is
+	// unknown; the next one goes to both, and a direct get is sent again to another replica.
+	t.Run("Paused", func(t *testing.T) { testStreamLeaderLost(t, false) })
+}
+
+// testStreamLeaderLost loses a shard stream's leader, killed or paused.
+func testStreamLeaderLost(t *testing.T, killed bool) {
 	pc := startProxiedCluster(t)
 	cfg := cluster.Config{Prefix: fmt.Sprintf("t%d", prefixes.Add(1))}
+	if !killed {
+		// A write begun just before the new leader waits out its attempt: 1 s leaves 1 s for
+		// reading back and writing again.
+		cfg.AttemptTimeout = time.Second
+	}
 	e0 := pc.engine(t, 0, cfg)
 	leaders, err := e0.Leaders(t.Context())
 	if err != nil {
@@ -249,7 +79,7 @@ func TestEngine_StreamLeaderKilled(t *testing.T) {
 		err  error
 	}
 	var killedAt atomic.Int64 // unix nanoseconds; 0 until the kill
-	results := make(chan outcome, 2)
+	results := make(chan outcome, 3)
 	writer := func(what string, write, readBack func(ctx context.Context) error) {
 		for {
 			began := time.Now().UnixNano()
@@ -260,7 +90,7 @@ func TestEngine_StreamLeaderKilled(t *testing.T) {
 				results <- outcome{what: what, at: time.Now()}
 				return
 			case err == nil:
-			case k != 0 && began > k:
+			case killed && k != 0 && began > k:
 				// Begun after the kill, with no leader or a new one: nothing was in flight, so
 				// the write waits for the new leader and succeeds.
 				results <- outcome{what: what, err: fmt.Errorf("a write begun after the kill failed: %w", err)}
@@ -304,28 +134,64 @@ func TestEngine_StreamLeaderKilled(t *testing.T) {
 	})
 	time.Sleep(300 * time.Millisecond) // let the writers run: the kill falls on writes under way
 	at := time.Now()
-	killedAt.Store(at.UnixNano())
-	pc.kill(victim)
+	if killed {
+		pc.kill(victim)
+	} else {
+		pc.pause(victim)
+	}
+	// A write begun within moments of the kill may yet be routed to the dead node before its
+	// peers see its routes closed: writes begun later count as begun after it.
+	killedAt.Store(at.Add(250 * time.Millisecond).UnixNano())
+	// A write that begins while the stream has no leader waits for the new one if no server
+	// takes it (no responders: the leader was killed).
+	lateBegan := make(chan time.Time, 1)
+	wg.Go(func() {
+		time.Sleep(500 * time.Millisecond)
+		lateBegan <- time.Now()
+		late, expect := keysIn(e, shard, 2)[1], uint64(0)
+		writer("append begun without a leader", func(ctx context.Context) error {
+			_, err := e.Append(ctx, late, expect, []byte("late"))
+			return err
+		}, func(ctx context.Context) (err error) {
+			expect, _, err = e.Last(ctx, late)
+			return err
+		})
+	})
 	leaderAt, err := pc.waitLeader(ctx, victim, stream)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if began := <-lateBegan; !began.Before(leaderAt) {
+		t.Fatalf("the late append began %v after the kill, once the stream had a leader again: it shows nothing", began.Sub(at))
+	}
 	wg.Wait()
 	close(results)
-	t.Logf("%s killed (it led %s); a survivor leads it %v later", pc.cfgs[victim].Name, stream, leaderAt.Sub(at).Round(time.Millisecond))
+	// The stream takes writes again from the earlier of: a survivor says it leads it (which it
+	// may say late: its view waits for locks that the election holds), the first write that
+	// succeeded.
+	var outs []outcome
+	ready := leaderAt
 	for r := range results {
 		if r.err != nil {
 			t.Fatalf("%s after the kill: %v", r.what, r.err)
 		}
-		after := r.at.Sub(leaderAt)
-		t.Logf("%s: first success %v after the kill, %v after the new leader", r.what, r.at.Sub(at).Round(time.Millisecond), after.Round(time.Millisecond))
+		outs = append(outs, r)
+		if r.at.Before(ready) {
+			ready = r.at
+		}
+	}
+	t.Logf("%s lost (it led %s); a survivor says it leads it %v later, writes succeed again %v later", pc.cfgs[victim].Name, stream,
+		leaderAt.Sub(at).Round(time.Millisecond), ready.Sub(at).Round(time.Millisecond))
+	for _, r := range outs {
+		after := r.at.Sub(ready)
+		t.Logf("%s: first success %v after the loss, %v after the stream took writes again", r.what, r.at.Sub(at).Round(time.Millisecond), after.Round(time.Millisecond))
 		if after > 2*time.Second {
-			t.Errorf("%s succeeded %v after the stream had a new leader; want within 2 s", r.what, after.Round(time.Millisecond))
+			t.Errorf("%s succeeded %v after the stream took writes again; want within 2 s", r.what, after.Round(time.Millisecond))
 		}
 	}
 }
 
-// S-X3: a blob is read while the JetStream meta leader is gone and no other is elected yet: the
+// S-X8, S-X3: a blob is read while the JetStream meta leader is gone and no other is elected yet: the
 // read takes direct gets from the blob's shard stream, nothing that needs the meta leader (a
 // consumer, as an object store's read makes, does). So are appends, a trim (a purge, which the
 // stream's leader answers), reads and lease writes of a shard whose stream's leader is alive.
@@ -407,7 +273,7 @@ func TestEngine_BlobReadWithoutMetaLeader(t *testing.T) {
 	}
 }
 
-// Drain hands over every leadership the node holds, the meta group's and its streams', before a
+// S-X8: Drain hands over every leadership the node holds, the meta group's and its streams', before a
 // planned stop: afterwards it leads nothing, and once it is shut down every shard takes appends
 // at once on the other nodes (no election to wait for).
 func TestNode_DrainHandsLeadershipsOver(t *testing.T) {
@@ -462,4 +328,76 @@ func TestNode_DrainHandsLeadershipsOver(t *testing.T) {
 	if err := alone.nodes[0].Drain(ctx); err != nil {
 		t.Fatalf("Drain of a node without a cluster: %v", err)
 	}
+}
+
+// S-X8, S-X2, S-X4: with a stream's leader stopped (paused, its routes still open: its peers go on
+// handing it a share of the direct gets, which it never answers) and another elected, every read
+// on a node that keeps no replica of the stream (its server hands each direct get to a replica at
+// random) answers within an attempt: a direct get without an answer is sent again.
+func TestEngine_ReadsWithAReplicaPaused(t *testing.T) {
+	pc := startProxiedClusterOf(t, 4)
+	cfg := cluster.Config{Prefix: fmt.Sprintf("t%d", prefixes.Add(1))}
+	e0 := pc.engine(t, 0, cfg)
+	const shard = 0
+	js, err := jetstream.New(pc.conn(t, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(t.Context(), fmt.Sprintf("%s_log_%d", cfg.Prefix, shard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ci := s.CachedInfo().Cluster
+	replicas := map[string]bool{ci.Leader: true}
+	victim := pc.nodeIndex(t, ci.Leader)
+	for _, r := range ci.Replicas {
+		replicas[r.Name] = true
+	}
+	reader := -1 // the node without a replica
+	for i, c := range pc.cfgs {
+		if !replicas[c.Name] {
+			reader = i
+		}
+	}
+	if victim < 0 || reader < 0 {
+		t.Fatalf("stream of shard %d: leader %s, replicas %v: want 3 of the 4 nodes", shard, ci.Leader, replicas)
+	}
+	e := e0
+	if reader != 0 {
+		e = pc.engine(t, reader, cfg)
+	}
+	ctx := t.Context()
+	key := keyIn(e, shard)
+	seq, err := e.Append(ctx, key, 0, []byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev, err := e.Put(ctx, shard, []byte("n1"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.pause(victim)
+	if _, err := pc.waitLeader(ctx, victim, fmt.Sprintf("%s_log_%d", cfg.Prefix, shard)); err != nil {
+		t.Fatal(err)
+	}
+	// The first read may find the new leader still taking over: it gets the time it needs.
+	if _, _, err := e.Last(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	var slowest time.Duration
+	for i := range 20 {
+		start := time.Now()
+		rctx, cancel := context.WithTimeout(ctx, cluster.DefaultAttemptTimeout)
+		last, _, err := e.Last(rctx, key)
+		var got uint64
+		if err == nil {
+			got, _, err = e.Get(rctx, shard)
+		}
+		cancel()
+		if err != nil || last != seq || got != rev {
+			t.Fatalf("read %d with a replica paused: Last %d, Get %d, %v; want %d, %d", i, last, got, err, seq, rev)
+		}
+		slowest = max(slowest, time.Since(start))
+	}
+	t.Logf("the slowest of 20 Last and Get pairs with a replica paused: %v", slowest.Round(time.Millisecond))
 }

@@ -115,14 +115,12 @@ func (e *Engine) confirmedLast(ctx context.Context, stream, subject, barrier str
 // the barrier, which lies between the call and the return. (The barrier expects nothing, so it
 // never makes an append to the subject fail.)
 func (e *Engine) tryConfirmedLast(ctx context.Context, stream, subject, barrier string) (uint64, nats.Header, []byte, error) {
-	m := &nats.Msg{Subject: barrier, Header: nats.Header{}}
-	m.Header.Set(jetstream.MsgTTLHeader, barrierTTL)
-	ack, err := e.js.PublishMsg(ctx, m, jetstream.WithRetryAttempts(0))
+	upTo, err := e.writeBarrier(ctx, barrier)
 	if err != nil {
 		return 0, nil, nil, fmt.Errorf("read barrier: %w", err)
 	}
 	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
-		found, seq, hdr, data, err := e.lastUpTo(ctx, stream, subject, barrier, ack.Sequence)
+		found, seq, hdr, data, err := e.lastUpTo(ctx, stream, subject, barrier, upTo)
 		if err != nil || found {
 			return seq, hdr, data, err
 		}
@@ -130,6 +128,59 @@ func (e *Engine) tryConfirmedLast(ctx context.Context, stream, subject, barrier 
 		if err := sleep(ctx, wait); err != nil {
 			return 0, nil, nil, fmt.Errorf("waiting for a replica to apply the read barrier: %w", err)
 		}
+	}
+}
+
+// writeBarrier publishes a read barrier and returns its sequence. A barrier is safe to write
+// twice, so one without an acknowledgement after hedgeAfter is sent again, and so on until ctx
+// ends (an attempt's), each with a reply subject of its own, and the first acknowledgement counts:
+// a barrier sent to a leader that has just been stopped or cut off (its peers still route the
+// stream's subjects to it) gets none, and the one sent again reaches the new leader as soon as
+// there is one.
+func (e *Engine) writeBarrier(ctx context.Context, barrier string) (uint64, error) {
+	inbox := e.nc.NewInbox()
+	sub, err := e.nc.SubscribeSync(inbox + ".*")
+	if err != nil {
+		return 0, err
+	}
+	defer sub.Unsubscribe()
+	m := &nats.Msg{Subject: barrier, Header: nats.Header{}}
+	m.Header.Set(jetstream.MsgTTLHeader, barrierTTL)
+	sent := 0
+	send := func() error {
+		sent++
+		m.Reply = inbox + "." + strconv.Itoa(sent)
+		return e.nc.PublishMsg(m)
+	}
+	if err := send(); err != nil {
+		return 0, err
+	}
+	for {
+		wait, cancel := context.WithTimeout(ctx, e.hedgeAfter())
+		a, err := sub.NextMsgWithContext(wait)
+		cancel()
+		switch {
+		case err != nil && ctx.Err() == nil:
+			if err := send(); err != nil {
+				return 0, err
+			}
+			continue
+		case err != nil:
+			return 0, err
+		case a.Header.Get("Status") == "503":
+			return 0, errors.New("no leader takes it (no responders)")
+		}
+		var ack struct {
+			Seq   uint64              `json:"seq"`
+			Error *jetstream.APIError `json:"error"`
+		}
+		if err := json.Unmarshal(a.Data, &ack); err != nil {
+			return 0, err
+		}
+		if ack.Error != nil {
+			return 0, ack.Error
+		}
+		return ack.Seq, nil
 	}
 }
 
@@ -161,20 +212,50 @@ func (e *Engine) lastUpTo(ctx context.Context, stream, subject, barrier string, 
 // directGet sends a batched direct get to whichever replica of stream answers, and calls fn with
 // each message of the answer. A replica answers direct gets without the stream's leader or the
 // JetStream meta leader.
+//
+// The replicas answer as a queue group, and a server passes a request to a member at random, a
+// remote one as well as its own: one on a node that is stopped or cut off, whose route its peers
+// have not closed yet (that takes their pings minutes), takes requests and answers none. So a
+// request that has no answer after hedgeAfter is sent again, to another member at random, and so
+// on until ctx ends (an attempt's), each with a reply subject of its own; the first to answer is
+// read to its end, the others are ignored.
 func (e *Engine) directGet(ctx context.Context, stream string, req []byte, fn func(seq uint64, m *nats.Msg)) error {
-	inbox := e.nc.NewRespInbox()
-	sub, err := e.nc.SubscribeSync(inbox)
+	inbox := e.nc.NewInbox()
+	sub, err := e.nc.SubscribeSync(inbox + ".*")
 	if err != nil {
 		return err
 	}
 	defer sub.Unsubscribe()
-	if err := e.nc.PublishRequest(e.apiPfx+".DIRECT.GET."+stream, inbox, req); err != nil {
+	sent := 0
+	send := func() error {
+		sent++
+		return e.nc.PublishRequest(e.apiPfx+".DIRECT.GET."+stream, inbox+"."+strconv.Itoa(sent), req)
+	}
+	if err := send(); err != nil {
 		return err
 	}
+	chosen := "" // the reply subject of the answer being read
 	for {
-		m, err := sub.NextMsgWithContext(ctx)
+		wait := ctx
+		var cancel context.CancelFunc = func() {}
+		if chosen == "" {
+			wait, cancel = context.WithTimeout(ctx, e.hedgeAfter())
+		}
+		m, err := sub.NextMsgWithContext(wait)
+		cancel()
+		if err != nil && chosen == "" && ctx.Err() == nil {
+			if err := send(); err != nil { // no answer yet: ask another replica
+				return err
+			}
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("direct get: %w", err)
+		}
+		if chosen == "" {
+			chosen = m.Subject
+		} else if m.Subject != chosen {
+			continue // a later answer to an earlier or later try
 		}
 		if status := m.Header.Get("Status"); status != "" {
 			switch status {
@@ -193,6 +274,10 @@ func (e *Engine) directGet(ctx context.Context, stream string, req []byte, fn fu
 		fn(seq, m)
 	}
 }
+
+// hedgeAfter is how long a direct get waits for an answer before it is sent again: a replica
+// answers in milliseconds.
+func (e *Engine) hedgeAfter() time.Duration { return min(200*time.Millisecond, e.cfg.AttemptTimeout/8) }
 
 // readBatch is how many records one round trip of Read brings at most.
 const readBatch = 512
