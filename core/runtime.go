@@ -54,7 +54,9 @@ type Runtime struct {
 	clock    atomic.Int64     // the coarse runtime clock, unix ns, updated by the janitor
 	uses     atomic.Int64     // a sequence stamped on objects as they go idle, for LRU
 	closing  sync.Map         // *object -> time.Time: evicted databases being closed
-	checked  sync.Map         // database path -> struct{}: passed its quick check in this runtime
+	checked  sync.Map         // database path -> struct{}: passed its header checks in this runtime (damage.go)
+	damaged  sync.Map         // database path -> string: found damaged, why (damage.go)
+	checks   checkQueue       // files waiting for their background check (damage.go)
 	shedding sync.Mutex       // held by the one caller of shed evicting
 	sched    *runindex.Scheduler
 	ix       *runindex.Index        // the alarm index, the catalog and the dead letters
