@@ -39,8 +39,9 @@ import (
 // object=new measures creation of new objects by 16 concurrent callers:
 // each call goes to a new name, whose constructor creates the table and
 // inserts a row, and returns once that is durable (one database file
-// created, one commit). Past MaxOpenObjects (1,024) it includes evicting
-// the least recently used objects, as a server creating objects would.
+// created, one commit). Past MaxOpenObjects (the default, sized by the
+// machine) it includes evicting the least recently used objects, as a
+// server creating objects would.
 func BenchmarkActivate(b *testing.B) {
 	b.Run("object=evicted/impl=runtime", benchActivateEvicted)
 	b.Run("object=evicted/impl=bare", benchActivateBare)

@@ -30,12 +30,13 @@ import (
 //
 // The objects stay resident because they stay open: IdleTimeout is an
 // hour, and 1,000 is under the bound on open databases,
-// Options.MaxOpenObjects, which defaults to 1,024. That bound is what caps
-// this memory: at the default, a server full of idle objects holds 1,024
-// times rss-B/resident-object: about 1,024 x 160 KB = 160 MB as measured
-// on linux/amd64 (only about 8 KB of it in the Go heap; core's Options doc
-// says 150 KiB), plus three file descriptors per object (database, WAL,
-// WAL index). Past the bound, activating one more
+// Options.MaxOpenObjects, whose default is sized by the machine (the
+// descriptor limit at 3 per object, and an eighth of memory at 384 KiB per
+// object; Stats().MaxOpenObjects says what it is). That bound is what caps
+// this memory: a server full of idle objects holds MaxOpenObjects times
+// rss-B/resident-object (about 160 KB as measured on linux/amd64, only
+// about 8 KB of it in the Go heap), plus three file descriptors per object
+// (database, WAL, WAL index). Past the bound, activating one more
 // object evicts the least recently used idle one first, paying a database
 // close on that call (see BenchmarkActivate/object=evicted-lru).
 //
