@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/durable-go/durable/core/internal/datadir"
 	"github.com/durable-go/durable/core/internal/sqlstore"
@@ -30,11 +31,21 @@ import (
 // queue full is not marked as opened: its next activation checks its headers again and queues it.
 const maxQueuedChecks = 4096
 
+// checkDelay is how long after a file's first open its background check may start: the
+// activation that opened it, and the turns right after, keep the CPU. After each check, the next
+// waits as long as that one took, so the checks take at most half of one core.
+const checkDelay = 100 * time.Millisecond
+
 // checkQueue is the background check's queue, run by at most one goroutine at a time.
 type checkQueue struct {
 	mu      sync.Mutex
-	queue   []*object
+	queue   []queuedCheck
 	running bool
+}
+
+type queuedCheck struct {
+	o   *object
+	due time.Time // by the wall clock: this is pacing, not behaviour
 }
 
 // openDB opens the object's database, refusing one that is damaged (see above). A missing file
@@ -149,7 +160,7 @@ func (rt *Runtime) queueCheck(o *object) bool {
 		q.mu.Unlock()
 		return false
 	}
-	q.queue = append(q.queue, o)
+	q.queue = append(q.queue, queuedCheck{o, time.Now().Add(checkDelay)})
 	start := !q.running
 	q.running = true
 	q.mu.Unlock()
@@ -159,10 +170,11 @@ func (rt *Runtime) queueCheck(o *object) bool {
 	return true
 }
 
-// runChecks checks the queued files one at a time until the queue is empty or the runtime shuts
-// down.
+// runChecks checks the queued files one at a time, paced (checkDelay), until the queue is empty or
+// the runtime shuts down.
 func (rt *Runtime) runChecks() {
 	q := &rt.checks
+	var rest time.Duration
 	for {
 		q.mu.Lock()
 		if len(q.queue) == 0 || rt.base.Err() != nil {
@@ -170,11 +182,21 @@ func (rt *Runtime) runChecks() {
 			q.mu.Unlock()
 			return
 		}
-		o := q.queue[0]
-		q.queue[0] = nil
+		c := q.queue[0]
+		q.queue[0] = queuedCheck{}
 		q.queue = q.queue[1:]
 		q.mu.Unlock()
-		rt.fullCheck(o)
+		if wait := max(time.Until(c.due), rest); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-rt.base.Done():
+				t.Stop()
+			}
+		}
+		start := time.Now()
+		rt.fullCheck(c.o)
+		rest = min(time.Since(start), time.Second)
 	}
 }
 
