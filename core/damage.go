@@ -128,21 +128,26 @@ func (o *object) corrupted(err error) error {
 	return de
 }
 
-// markDamaged remembers that o's file is damaged, logs it, and closes the object: at once if it is
-// idle, else by a hold of its gate once its turns are done. Its next activation refuses.
+// markDamaged remembers that o's file is damaged, closes the object (at once if it is idle, else by
+// a hold of its gate once its turns are done), then logs it: every call after the record refuses,
+// as the object's next activation does.
 func (rt *Runtime) markDamaged(o *object, de *DamagedError) {
 	if _, had := rt.damaged.LoadOrStore(de.Path, de.Reason); had {
 		return
 	}
-	o.damaged(de)
 	if o.tryEvict() {
 		o.evict("damaged")
+		o.damaged(de)
 		return
 	}
 	if rt.cluster != nil { // cluster mode: closed by its next eviction, as a hold would claim its lease
+		o.damaged(de)
 		return
 	}
-	rt.goWork(func() { _ = o.hold(rt.base, func() error { o.unload(); return nil }) })
+	rt.goWork(func() {
+		_ = o.hold(rt.base, func() error { o.unload(); return nil })
+		o.damaged(de)
+	})
 }
 
 // forgetFile forgets what the runtime knows of a database file that was replaced or moved away:
