@@ -3,6 +3,8 @@ package bench
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"os"
 	"runtime"
 	"sort"
 	"strconv"
@@ -63,6 +65,9 @@ func nopCall(context.Context, *table) error { return nil }
 // openRuntime opens a runtime; the caller closes it with closeRuntime.
 func openRuntime(b *testing.B, opts core.Options) *core.Runtime {
 	b.Helper()
+	if opts.Logger == nil { // warnings and errors only: not a record per Open among the results
+		opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
 	rt, err := core.Open(opts)
 	if err != nil {
 		b.Fatal(err)

@@ -28,17 +28,21 @@
 //     (history=NMB: old objects should cost what new ones do), after an
 //     eviction by a running runtime (after=eviction) and as a restarted
 //     process's first call, with the runtime's close (after=restart: a
-//     runtime's first open of a file runs SQLite's quick check, which reads
-//     every page, so that case grows with the file); and the rate at which
-//     new objects with storage are created.
+//     runtime's first open of a file checks its headers; SQLite's quick
+//     check, which reads every page, runs in the background); the first
+//     call to an object of 100,000 rows (about 25 MB) after a restart,
+//     beside bare SQLite opening the same file and reading row 1
+//     (rows=100000/after=restart/impl=bare); and the rate at which new
+//     objects with storage are created.
 //   - BenchmarkResident: the memory an idle resident object with an open
-//     database costs, from the Go heap and from the process's RSS.
+//     database costs, from the Go heap and from the process's RSS, and its
+//     file descriptors; BenchmarkResidentBare: the same for bare SQLite.
 //   - BenchmarkManyKeys: durable writes spread over 1,000, 10,000 (and
-//     100,000) objects by 64 callers with MaxOpenObjects 1,024, where group
-//     commit cannot help: at 1,000 the disk's fsync rate is the limit, past
-//     the cache of open databases every call also activates its object. The
-//     curve over objects= is the cost of outgrowing that cache; impl=bare
-//     is bare SQLite over the same files with a cache of 1,024 open ones.
+//     100,000, 1,000,000) objects by 64 callers, keys drawn round robin
+//     (MaxOpenObjects 1,024, the worst case: past the cache every call
+//     activates its object), uniformly at random, or by Zipf's law (s = 1.1
+//     and 0.99), with the default cache sized by the machine; impl=bare is
+//     bare SQLite over the same files with a cache of the same size.
 //   - BenchmarkAlarmFire: due alarms on evicted objects fired per second at
 //     1,000, 10,000 (and 100,000) objects, beside bare SQLite doing each
 //     fire's write over the same files, reopening them (impl=bare-reopen)

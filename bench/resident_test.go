@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -30,12 +31,13 @@ import (
 //
 // The objects stay resident because they stay open: IdleTimeout is an
 // hour, and 1,000 is under the bound on open databases,
-// Options.MaxOpenObjects, which defaults to 1,024. That bound is what caps
-// this memory: at the default, a server full of idle objects holds 1,024
-// times rss-B/resident-object: about 1,024 x 160 KB = 160 MB as measured
-// on linux/amd64 (only about 8 KB of it in the Go heap; core's Options doc
-// says 150 KiB), plus three file descriptors per object (database, WAL,
-// WAL index). Past the bound, activating one more
+// Options.MaxOpenObjects, whose default is sized by the machine (the
+// descriptor limit at 3 per object, and an eighth of memory at 384 KiB per
+// object; Stats().MaxOpenObjects says what it is). That bound is what caps
+// this memory: a server full of idle objects holds MaxOpenObjects times
+// rss-B/resident-object (about 160 KB as measured on linux/amd64, only
+// about 8 KB of it in the Go heap), plus three file descriptors per object
+// (database, WAL, WAL index). Past the bound, activating one more
 // object evicts the least recently used idle one first, paying a database
 // close on that call (see BenchmarkActivate/object=evicted-lru).
 //
@@ -44,12 +46,13 @@ func BenchmarkResident(b *testing.B) {
 	const objects = 1000
 	ctx := context.Background()
 	b.ReportAllocs()
-	var heap, rss []float64
+	var heap, rss, fds []float64
 	for b.Loop() {
 		b.StopTimer()
 		rt := openRuntime(b, core.Options{IdleTimeout: time.Hour})
 		stubs := registerTables(b, rt, objects)
 		heap0, rss0 := memInUse(b)
+		fd0 := openFDs(b)
 		b.StartTimer()
 
 		err := each(objects, 16, func(i int) error { return core.Do(ctx, stubs[i], insertCall) })
@@ -59,6 +62,7 @@ func BenchmarkResident(b *testing.B) {
 			b.Fatal(err)
 		}
 		heap1, rss1 := memInUse(b)
+		fds = append(fds, float64(openFDs(b)-fd0)/objects)
 		if st := rt.Stats(); st.Resident != objects || st.OpenDBs != objects {
 			b.Fatalf("%d objects resident and %d databases open, want %d", st.Resident, st.OpenDBs, objects)
 		}
@@ -70,6 +74,55 @@ func BenchmarkResident(b *testing.B) {
 	}
 	b.ReportMetric(median(heap), "B/resident-object")
 	b.ReportMetric(median(rss), "rss-B/resident-object")
+	b.ReportMetric(median(fds), "fds/resident-object")
+}
+
+// BenchmarkResidentBare is BenchmarkResident's baseline: 1,000 databases
+// opened by bare SQLite with its default settings (WAL, synchronous=FULL),
+// each holding the table object's table with one row inserted, and kept
+// open: what an open idle database costs without the runtime's settings.
+func BenchmarkResidentBare(b *testing.B) {
+	const objects = 1000
+	var rss, fds []float64
+	for b.Loop() {
+		b.StopTimer()
+		dir := b.TempDir()
+		dbs := make([]*bareDB, objects)
+		_, rss0 := memInUse(b)
+		fd0 := openFDs(b)
+		b.StartTimer()
+		err := each(objects, 16, func(i int) error {
+			db, err := openBare(filepath.Join(dir, strconv.Itoa(i)+".sqlite"))
+			if err == nil {
+				dbs[i] = db
+				_, err = db.ins.Exec(payload)
+			}
+			return err
+		})
+		b.StopTimer()
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, rss1 := memInUse(b)
+		rss = append(rss, float64(rss1-rss0)/objects)
+		fds = append(fds, float64(openFDs(b)-fd0)/objects)
+		for _, db := range dbs {
+			db.close(b)
+		}
+		b.StartTimer()
+	}
+	b.ReportMetric(median(rss), "rss-B/resident-object")
+	b.ReportMetric(median(fds), "fds/resident-object")
+}
+
+// openFDs is the number of file descriptors the process has open.
+func openFDs(b *testing.B) int {
+	b.Helper()
+	es, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		b.Skipf("no /proc/self/fd: %v", err)
+	}
+	return len(es)
 }
 
 // memInUse returns the Go heap and stacks in use, and the resident set

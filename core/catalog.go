@@ -2,9 +2,7 @@ package core
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"iter"
 	"os"
 	"path/filepath"
@@ -138,81 +136,6 @@ func (o *object) touchCatalog() {
 	o.rt.ix.Touch(o.ns.name, o.id, active.UnixNano(), datadir.FileSize(o.place.db))
 }
 
-// openDB opens the object's database, refusing one that is damaged: missing although the catalog
-// knows it, empty, or failing SQLite's quick check. A missing file with a WAL left is opened (SQLite
-// recovers the committed pages from the WAL) and checked. The quick check reads every page, so it
-// runs on a file's first open by this runtime only: while the runtime holds the directory's lock,
-// the file changes only through it, and later activations cost the same whatever the object's size.
-// A damaged one is logged.
-func (o *object) openDB() (*store, bool, error) {
-	st, fresh, err := o.openChecked()
-	if err != nil {
-		o.damaged(err)
-	}
-	return st, fresh, err
-}
-
-// damaged records an object database refused as damaged.
-func (o *object) damaged(err error) {
-	var de *DamagedError
-	if errors.As(err, &de) {
-		o.rt.log.Error("an object's database is damaged: the object refuses calls until restored", "event", "damaged",
-			"namespace", o.ns.name, "name", o.place.name, "file", de.Path, "reason", de.Reason)
-	}
-}
-
-func (o *object) openChecked() (*store, bool, error) {
-	path := o.place.db
-	fi, err := os.Stat(path)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		if datadir.FileSize(path) == 0 && o.rt.cluster == nil { // no WAL either (in cluster mode the file is a cache)
-			_, known, err := o.rt.ix.Lookup(o.ns.name, o.id)
-			if err != nil {
-				return nil, false, err
-			}
-			if known {
-				return nil, false, &DamagedError{Path: path, Reason: "missing, although the catalog lists the object"}
-			}
-		}
-	case err != nil:
-		return nil, false, err
-	case fi.Size() == 0:
-		return nil, false, &DamagedError{Path: path, Reason: "empty (0 bytes)"}
-	}
-	// The checks run at a file's first open in this runtime: after that, its damage would be the
-	// runtime's own doing. Committed rows may live only in the WAL (closing keeps a small one): a
-	// log SQLite would ignore is damage, not an empty object.
-	_, done := o.rt.checked.Load(path)
-	if !done {
-		if why, err := datadir.WALHeaderDamage(path); err != nil {
-			return nil, false, err
-		} else if why != "" {
-			return nil, false, &DamagedError{Path: path, Reason: why}
-		}
-	}
-	st, fresh, err := openStore(path, o.rt.opts.Synchronous, o.rt.template)
-	if err == nil && !fresh && !done {
-		var check string
-		check, err = datadir.QuickCheck(st)
-		if err == nil && check != "ok" {
-			st.Close()
-			return nil, false, &DamagedError{Path: path, Reason: "quick check: " + check}
-		}
-		if err != nil {
-			st.Close()
-		}
-	}
-	if err != nil {
-		if datadir.IsCorrupt(err) {
-			return nil, false, &DamagedError{Path: path, Reason: err.Error()}
-		}
-		return nil, false, err
-	}
-	o.rt.checked.Store(path, struct{}{})
-	return st, fresh, nil
-}
-
 // Quarantine moves an object's files (its database, WAL, and its facets' directory) out of the way,
 // into Dir/_quarantine/<namespace>/<id>-<time>/, and forgets it (catalog, alarm index): the next
 // call to the name starts a new, empty object. It returns the directory the files went to. Use it
@@ -282,7 +205,7 @@ func (o *object) quarantine() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	rt.checked.Delete(o.place.db)
+	rt.forgetFile(o.place.db)
 	if rel, err := filepath.Rel(rt.dir, o.place.facets); err == nil {
 		if err := rt.ix.ForgetUnder(rel + string(filepath.Separator)); err != nil {
 			return "", err
@@ -327,13 +250,4 @@ func (rt *Runtime) holdObject(ctx context.Context, op, namespace, name string, f
 		return fail(err)
 	}
 	return nil
-}
-
-// checkDBFile opens a database file on its own and runs SQLite's quick check on it.
-func checkDBFile(path string) error {
-	damage, err := datadir.CheckFile(path)
-	if damage != "" {
-		return &DamagedError{Path: path, Reason: damage}
-	}
-	return err
 }

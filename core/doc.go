@@ -63,10 +63,12 @@
 // (ErrLocked) naming the holder's PID. Each object's database is Dir/<namespace>/<id>.sqlite; the
 // commit that creates it enters the object in the catalog (Namespace.List). Dir/_runtime.sqlite
 // (alarm index, dead letters, catalog) is derived state, rebuilt at Open from the objects' own
-// tables if missing or damaged. A known object whose database is missing, empty or fails SQLite's
-// quick check refuses with ErrDamaged (a *DamagedError) until Admin.Quarantine or Admin.Restore
-// repairs it; Admin.Backup copies a running directory. Objects idle for Options.IdleTimeout (10 s),
-// or past Options.MaxOpenObjects, are evicted: the database closes (with no checkpoint at
+// tables if missing or damaged. A known object whose database is missing, empty or damaged (a bad
+// header at its first open, a corrupt page met as it is read, or a failed quick check, which runs
+// in the background after the first open) refuses with ErrDamaged (a *DamagedError) until
+// Admin.Quarantine or Admin.Restore repairs it; Admin.Backup copies a running directory. Objects idle for Options.IdleTimeout (10 s),
+// or past Options.MaxOpenObjects (by default sized by the descriptor limit and memory; Stats says
+// what was chosen), are evicted: the database closes (with no checkpoint at
 // synchronous=FULL unless its log is past 128 KiB; always at NORMAL), and the next event runs the
 // constructor again as the first turn.
 //

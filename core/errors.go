@@ -71,8 +71,9 @@ var (
 	// LockedError, which names the holder's PID).
 	ErrLocked = errors.New("core: data directory in use")
 	// ErrDamaged is returned for an object whose database is missing or empty although the
-	// runtime's catalog knows it, or fails SQLite's quick check when opened (see DamagedError,
-	// which names the file). The object refuses to serve until it is restored or quarantined
+	// runtime's catalog knows it, has a damaged header, a page SQLite finds corrupt as it reads
+	// it, or fails SQLite's quick check, which runs in the background after the file's first open
+	// (see DamagedError, which names the file). The object refuses to serve until it is restored or quarantined
 	// (Admin.Quarantine); other objects keep serving.
 	ErrDamaged = errors.New("core: object database damaged")
 	// ErrIncompleteBackup is returned by Open for a directory that a backup was writing and did
@@ -130,7 +131,7 @@ func (e *Error) Unwrap() error { return e.Err }
 // DamagedError is the cause of an ErrDamaged: the object's database file and what is wrong with it.
 type DamagedError struct {
 	Path   string // the database file
-	Reason string // "missing", "empty (0 bytes)", the quick check's first finding, ...
+	Reason string // "missing", "empty (0 bytes)", a header's finding, the quick check's first, ...
 }
 
 func (e *DamagedError) Error() string {

@@ -51,7 +51,7 @@ func (rt *Runtime) fireAlarm(ns, id, name string) {
 		return // it fires again once Register unparks it
 	}
 	ctx, sp := rt.eventSpan(rt.base, "durable.alarm", n, name)
-	err := n.with(name, id, placement{}, func(o *object) error { return o.runTimers(ctx, false) })
+	err := n.with(name, id, placement{}, func(o *object) error { return o.corrupted(o.runTimers(ctx, false)) })
 	eventEnd(sp, err)
 	if noe := (*NotOwnerError)(nil); errors.As(err, &noe) && rt.cluster != nil && noe.Holder == rt.cluster.Name() {
 		// Cluster mode: the lease is this node's own from before a restart; it may be taken over (and

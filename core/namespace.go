@@ -184,7 +184,7 @@ func (s *Stub[T]) call(ctx context.Context, t *turn, code turnCode) error {
 		t.Context, t.o = ctx, o
 		if err := o.runTurn(t, code, false, nil); err != errEvicted { // else evicted before queueing: look up again
 			if err != nil {
-				return s.err("call", err)
+				return s.err("call", o.corrupted(err))
 			}
 			return nil
 		}

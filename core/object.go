@@ -250,8 +250,9 @@ func (o *object) unload() {
 // WaitClosed waits for an eviction of the same object to close its file.
 func (o *object) WaitClosed() { o.ns.waitClosed(o.id) }
 
-// Replaced forgets that the local file passed its quick check: it was replaced or removed.
-func (o *object) Replaced() { o.rt.checked.Delete(o.place.db) }
+// Replaced forgets what the runtime knows of the local file (checked, damaged): it was replaced or
+// removed.
+func (o *object) Replaced() { o.rt.forgetFile(o.place.db) }
 
 // Indexed tells this node's catalog and alarm index of the object, as its open file now is: a file
 // rebuilt from the log has timers this node's index never saw.

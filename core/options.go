@@ -24,8 +24,13 @@ type Options struct {
 	// at once with ErrOverloaded.
 	MaxQueue int
 
-	// MaxOpenObjects bounds the objects in memory with an open database (default 1024, about 150
-	// KiB each); past it the least recently used idle ones are evicted early.
+	// MaxOpenObjects bounds the objects in memory with an open database; past it the least
+	// recently used idle ones are evicted early. Default (0): sized by the machine, the smaller of
+	// what the descriptor limit allows (3 descriptors per object, an eighth of the limit kept for
+	// the rest of the process) and an eighth of memory at 384 KiB per object, at least 64; for
+	// that, Open raises the process's soft descriptor limit (RLIMIT_NOFILE) to its hard limit if
+	// it is lower. Stats().MaxOpenObjects says what was chosen, and Open logs it (event
+	// max_open_objects, at Info).
 	MaxOpenObjects int
 
 	// MaxBatch bounds the turns that share one group commit (default 1024).
@@ -95,7 +100,6 @@ type Options struct {
 func (o *Options) withDefaults() error {
 	orDefault(&o.IdleTimeout, 10*time.Second)
 	orDefault(&o.MaxQueue, 1024)
-	orDefault(&o.MaxOpenObjects, 1024)
 	orDefault(&o.MaxBatch, 1024)
 	orDefault(&o.AlarmTimeout, 15*time.Minute)
 	orDefault(&o.AlarmConcurrency, 64)

@@ -54,7 +54,9 @@ type Runtime struct {
 	clock    atomic.Int64     // the coarse runtime clock, unix ns, updated by the janitor
 	uses     atomic.Int64     // a sequence stamped on objects as they go idle, for LRU
 	closing  sync.Map         // *object -> time.Time: evicted databases being closed
-	checked  sync.Map         // database path -> struct{}: passed its quick check in this runtime
+	checked  sync.Map         // database path -> struct{}: passed its header checks in this runtime (damage.go)
+	damaged  sync.Map         // database path -> string: found damaged, why (damage.go)
+	checks   checkQueue       // files waiting for their background check (damage.go)
 	shedding sync.Mutex       // held by the one caller of shed evicting
 	sched    *runindex.Scheduler
 	ix       *runindex.Index        // the alarm index, the catalog and the dead letters
@@ -74,6 +76,10 @@ type Stats struct {
 	OpenDBs    int64 // object databases open now
 	Alarms     int64 // alarms pending in the scheduler
 
+	// MaxOpenObjects is the bound on open databases in force: Options.MaxOpenObjects, or the
+	// default sized by the machine (see Options.MaxOpenObjects).
+	MaxOpenObjects int64
+
 	Cluster ClusterStats // cluster mode's (zero without Options.Replication)
 }
 
@@ -85,6 +91,8 @@ func Open(opts Options) (*Runtime, error) {
 	if err := opts.Replication.validate(); err != nil {
 		return nil, err
 	}
+	cache := sizeCache(opts.MaxOpenObjects)
+	opts.MaxOpenObjects = cache.max
 	rt := &Runtime{
 		opts:       opts,
 		log:        opts.Logger,
@@ -143,6 +151,8 @@ func Open(opts Options) (*Runtime, error) {
 		return nil, fmt.Errorf("core: open: %w", err)
 	}
 	rt.clock.Store(rt.now().UnixNano())
+	rt.log.Info("object cache: "+cache.String(), "event", "max_open_objects", "max", cache.max, "by", cache.by,
+		"fd_limit", cache.fdLimit, "fd_raised", cache.fdRaised, "memory", cache.memory)
 	go rt.janitor()
 	return rt, nil
 }
@@ -154,7 +164,7 @@ func (rt *Runtime) Dir() string { return rt.dir }
 func (rt *Runtime) Stats() Stats {
 	c := rt.counts.Totals()
 	return Stats{Turns: c.Turns, Commits: c.Commits, Constructs: c.Constructs, Evictions: c.Evictions,
-		Resident: c.Resident, OpenDBs: c.OpenDBs, Alarms: int64(rt.sched.Pending()),
+		Resident: c.Resident, OpenDBs: c.OpenDBs, Alarms: int64(rt.sched.Pending()), MaxOpenObjects: int64(rt.opts.MaxOpenObjects),
 		Cluster: rt.clusterStats()}
 }
 

@@ -79,7 +79,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, ready f
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	printBanner(stdout, ln.Addr().String(), rt.Dir(), *fast)
+	printBanner(stdout, ln.Addr().String(), rt.Dir(), rt.Stats().MaxOpenObjects, *fast)
 	if repl != nil {
 		fmt.Fprintf(stdout, "cluster mode: node %s; a call for an object another node owns gets 421, naming it\n", repl.Node)
 	}
@@ -149,7 +149,7 @@ func envBool(name string) bool {
 // POSIX shell and curl. The watch of the failing alarm looks at its state
 // about 8 times over its ladder: every 20 s for the 2 min of 2 s ... 64 s
 // (plus jitter), every second for the 6.5 s or so of -fast.
-func printBanner(w io.Writer, addr, dir string, fast bool) {
+func printBanner(w io.Writer, addr, dir string, maxOpen int64, fast bool) {
 	ladder := "2 s, 4 s, ... 64 s, as the original (-fast: 100 ms ... 3.2 s)"
 	every := 20
 	if fast {
@@ -159,6 +159,7 @@ func printBanner(w io.Writer, addr, dir string, fast bool) {
   page    http://%[1]s/
   data    %[2]s
   retries %[3]s
+  cache   %[5]d open objects at most (MaxOpenObjects, sized by this machine; the log says from what)
 
 the original's hands-on session:
   B=%[1]s
@@ -177,5 +178,5 @@ The patterns:
   curl -s "$B/counter/record?link=l1&n=5"; curl -s "$B/counter/stats?link=l1"
   curl -s "$B/routes"
 Ctrl-C stops it.
-`, addr, dir, ladder, every)
+`, addr, dir, ladder, every, maxOpen)
 }

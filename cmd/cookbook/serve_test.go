@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -139,6 +140,9 @@ func TestServe_Flags(t *testing.T) {
 	if !strings.Contains(s.out.String(), "100 ms, 200 ms, ... 3.2 s (-fast)") {
 		t.Errorf("the banner does not show the fast ladder:\n%s", s.out.String())
 	}
+	if !regexp.MustCompile(`cache   [1-9][0-9]* open objects at most`).MatchString(s.out.String()) {
+		t.Errorf("the banner does not say how many objects stay open:\n%s", s.out.String())
+	}
 	// Plain curl lines, at the interval of the ladder in use.
 	for _, tc := range []struct {
 		fast bool
@@ -148,7 +152,7 @@ func TestServe_Flags(t *testing.T) {
 		{false, `do sleep 20; curl -s "$B/state?o=fail"; done`},
 	} {
 		var b bytes.Buffer
-		printBanner(&b, "127.0.0.1:8787", "data", tc.fast)
+		printBanner(&b, "127.0.0.1:8787", "data", 5833, tc.fast)
 		if !strings.Contains(b.String(), tc.want) {
 			t.Errorf("banner (fast=%t) lacks %q:\n%s", tc.fast, tc.want, b.String())
 		}

@@ -64,14 +64,6 @@ func CopyFileSync(src, dst string) error {
 	return sqlstore.WriteFileSync(dst, b)
 }
 
-// QuickCheck runs SQLite's quick check on an open database and returns its verdict ("ok" when
-// sound). It reads every page.
-func QuickCheck(db *sqlstore.DB) (string, error) {
-	var check string
-	err := db.QueryOwn("PRAGMA main.quick_check(1)", nil, func(r *sql.Rows) error { return r.Scan(&check) })
-	return check, err
-}
-
 // CheckFile opens a database file on its own and runs SQLite's quick check on it. damage says what
 // is wrong with the file ("" if nothing); err is a failure to open it at all.
 func CheckFile(path string) (damage string, err error) {

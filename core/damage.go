@@ -1,0 +1,252 @@
+package core
+
+import (
+	"database/sql"
+	"errors"
+	"io/fs"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/durable-go/durable/core/internal/datadir"
+	"github.com/durable-go/durable/core/internal/sqlstore"
+)
+
+// Damage (SEMANTICS O3) is found in three places, none of which reads a whole file on the request
+// path, so an object's first activation costs the same whatever its size:
+//
+//   - at a file's first open in this runtime, structural checks that read a few hundred bytes: the
+//     database header (magic, page size, no pages missing past its end) and the WAL header;
+//   - as the runtime reads and writes: SQLite's SQLITE_CORRUPT or SQLITE_NOTADB met by a call or an
+//     alarm becomes an ErrDamaged naming the file;
+//   - off the request path: after a file's first open, SQLite's quick check runs on it in the
+//     background, one file at a time, through a read-only connection of its own; Admin.Check runs
+//     the integrity check on every file.
+//
+// A file found damaged in any of these ways is remembered: its object is closed (at once if it is
+// idle, else once its running turn ends) and refuses every call with ErrDamaged until
+// Admin.Quarantine or Admin.Restore replaces the file.
+
+// maxQueuedChecks bounds the files waiting for their background check. A file that finds the
+// queue full is not marked as opened: its next activation checks its headers again and queues it.
+const maxQueuedChecks = 4096
+
+// checkDelay is how long after a file's first open its background check may start: the
+// activation that opened it, and the turns right after, keep the CPU. After each check, the next
+// waits as long as that one took, so the checks take at most half of one core.
+const checkDelay = 100 * time.Millisecond
+
+// checkQueue is the background check's queue, run by at most one goroutine at a time.
+type checkQueue struct {
+	mu      sync.Mutex
+	queue   []queuedCheck
+	running bool
+}
+
+type queuedCheck struct {
+	o   *object
+	due time.Time // by the wall clock: this is pacing, not behaviour
+}
+
+// openDB opens the object's database, refusing one that is damaged (see above). A missing file
+// with a WAL left is opened (SQLite recovers the committed pages from the WAL) and checked. A
+// damaged one is logged.
+func (o *object) openDB() (*store, bool, error) {
+	st, fresh, err := o.openChecked()
+	if err != nil {
+		o.damaged(err)
+	}
+	return st, fresh, err
+}
+
+// damaged records an object database refused as damaged.
+func (o *object) damaged(err error) {
+	var de *DamagedError
+	if errors.As(err, &de) {
+		o.rt.log.Error("an object's database is damaged: the object refuses calls until restored", "event", "damaged",
+			"namespace", o.ns.name, "name", o.place.name, "file", de.Path, "reason", de.Reason)
+	}
+}
+
+func (o *object) openChecked() (*store, bool, error) {
+	path := o.place.db
+	if why, ok := o.rt.damaged.Load(path); ok {
+		return nil, false, &DamagedError{Path: path, Reason: why.(string)}
+	}
+	fi, err := os.Stat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if datadir.FileSize(path) == 0 && o.rt.cluster == nil { // no WAL either (in cluster mode the file is a cache)
+			_, known, err := o.rt.ix.Lookup(o.ns.name, o.id)
+			if err != nil {
+				return nil, false, err
+			}
+			if known {
+				return nil, false, &DamagedError{Path: path, Reason: "missing, although the catalog lists the object"}
+			}
+		}
+	case err != nil:
+		return nil, false, err
+	case fi.Size() == 0:
+		return nil, false, &DamagedError{Path: path, Reason: "empty (0 bytes)"}
+	}
+	// The checks run at a file's first open in this runtime: after that, its damage would be the
+	// runtime's own doing. Committed rows may live only in the WAL (closing keeps a small one): a
+	// log SQLite would ignore is damage, not an empty object.
+	_, done := o.rt.checked.Load(path)
+	if !done {
+		for _, check := range []func(string) (string, error){datadir.HeaderDamage, datadir.WALHeaderDamage} {
+			if why, err := check(path); err != nil {
+				return nil, false, err
+			} else if why != "" {
+				return nil, false, &DamagedError{Path: path, Reason: why}
+			}
+		}
+	}
+	st, fresh, err := openStore(path, o.rt.opts.Synchronous, o.rt.template)
+	if err != nil {
+		if datadir.IsCorrupt(err) {
+			return nil, false, &DamagedError{Path: path, Reason: err.Error()}
+		}
+		return nil, false, err
+	}
+	if !done && (fresh || o.rt.queueCheck(o)) {
+		o.rt.checked.Store(path, struct{}{})
+	}
+	return st, fresh, nil
+}
+
+// corrupted turns err, the failure of a call or an alarm run of o, into an ErrDamaged if SQLite
+// found o's file corrupt while reading or writing it, and closes the object, which refuses from
+// then on. It is called with the gate released.
+func (o *object) corrupted(err error) error {
+	if err == nil || errors.Is(err, ErrDamaged) || !datadir.IsCorrupt(err) {
+		return err
+	}
+	de := &DamagedError{Path: o.place.db, Reason: "while reading: " + err.Error()}
+	o.rt.markDamaged(o, de)
+	return de
+}
+
+// markDamaged remembers that o's file is damaged, closes the object (at once if it is idle, else by
+// a hold of its gate once its turns are done), then logs it: every call after the record refuses,
+// as the object's next activation does.
+func (rt *Runtime) markDamaged(o *object, de *DamagedError) {
+	if _, had := rt.damaged.LoadOrStore(de.Path, de.Reason); had {
+		return
+	}
+	if o.tryEvict() {
+		o.evict("damaged")
+		o.damaged(de)
+		return
+	}
+	if rt.cluster != nil { // cluster mode: closed by its next eviction, as a hold would claim its lease
+		o.damaged(de)
+		return
+	}
+	rt.goWork(func() {
+		_ = o.hold(rt.base, func() error { o.unload(); return nil })
+		o.damaged(de)
+	})
+}
+
+// forgetFile forgets what the runtime knows of a database file that was replaced or moved away:
+// that it was checked, or found damaged.
+func (rt *Runtime) forgetFile(path string) {
+	rt.checked.Delete(path)
+	rt.damaged.Delete(path)
+}
+
+// queueCheck queues o's file for the background check and reports whether it could.
+func (rt *Runtime) queueCheck(o *object) bool {
+	q := &rt.checks
+	q.mu.Lock()
+	if len(q.queue) >= maxQueuedChecks {
+		q.mu.Unlock()
+		return false
+	}
+	q.queue = append(q.queue, queuedCheck{o, time.Now().Add(checkDelay)})
+	start := !q.running
+	q.running = true
+	q.mu.Unlock()
+	if start {
+		rt.goWork(rt.runChecks) // owned: Shutdown waits for it, and cancels the check under way
+	}
+	return true
+}
+
+// runChecks checks the queued files one at a time, paced (checkDelay), until the queue is empty or
+// the runtime shuts down.
+func (rt *Runtime) runChecks() {
+	q := &rt.checks
+	var rest time.Duration
+	for {
+		q.mu.Lock()
+		if len(q.queue) == 0 || rt.base.Err() != nil {
+			q.queue, q.running = nil, false
+			q.mu.Unlock()
+			return
+		}
+		c := q.queue[0]
+		q.queue[0] = queuedCheck{}
+		q.queue = q.queue[1:]
+		q.mu.Unlock()
+		if wait := max(time.Until(c.due), rest); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-rt.base.Done():
+				t.Stop()
+			}
+		}
+		start := time.Now()
+		rt.fullCheck(c.o)
+		rest = min(time.Since(start), time.Second)
+	}
+}
+
+// fullCheck runs SQLite's quick check on o's file through a read-only connection of its own (WAL
+// mode lets it read while the object's connection writes) and marks the file damaged if it fails.
+// A verdict on a file replaced meanwhile (Restore, Quarantine) is dropped.
+func (rt *Runtime) fullCheck(o *object) {
+	path := o.place.db
+	before, err := os.Stat(path)
+	if err != nil {
+		return
+	}
+	var verdict string
+	r, err := sqlstore.OpenReadOnly(path)
+	if err == nil {
+		err = r.Query(rt.base, "PRAGMA main.quick_check(1)", nil, func(rows *sql.Rows) error { return rows.Scan(&verdict) })
+		r.Close()
+	}
+	if rt.base.Err() != nil { // Shutdown: the file's next runtime checks it
+		return
+	}
+	var reason string
+	switch {
+	case err != nil && datadir.IsCorrupt(err):
+		reason = "quick check: " + err.Error()
+	case err != nil:
+		rt.log.Warn("an object's database could not be checked", "event", "check_failed",
+			"namespace", o.ns.name, "name", o.place.name, "file", path, "error", err)
+		return
+	case verdict != "ok":
+		reason = "quick check: " + verdict
+	default:
+		return
+	}
+	if after, err := os.Stat(path); err != nil || !os.SameFile(before, after) {
+		return
+	}
+	rt.markDamaged(o, &DamagedError{Path: path, Reason: reason})
+}
+
+// checkDBFile opens a database file on its own and runs SQLite's quick check on it.
+func checkDBFile(path string) error {
+	damage, err := datadir.CheckFile(path)
+	if damage != "" {
+		return &DamagedError{Path: path, Reason: damage}
+	}
+	return err
+}
