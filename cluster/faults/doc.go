@@ -25,4 +25,45 @@
 //
 // and prints a summary line: cycles, kills, stops, partitions, operations, acknowledged appends
 // checked, refusals, lost, log records whose epochs were checked, and porcupine's verdict per key.
+//
+// # Failover, measured by failing
+//
+// RunFailover (the test TestFailover, behind the same tag) measures how long objects go unserved
+// when a node is lost. It starts three node processes of the runtime target (StartCluster: each
+// serves, besides the registers, GET /readyz, 200 once the node is ready, and GET /status, a
+// NodeStatus naming the raft groups the node leads and the JetStream meta leader as it knows
+// them), and a writer per object (12) that writes without pause through a client like a real one:
+// a refusal naming the owner sends the write there at once, a node that is down or does not answer
+// sends it to another, and a call not acknowledged within its budget (10 s) fails. Then, per
+// scenario, it loses a node again and again (10 kills), each time waiting first for every node to
+// be ready and every object to be served, and measures, per object, the time from the loss to the
+// object's first acknowledged write whose attempt began after it:
+//
+//	a      SIGKILL an owner that leads no raft group (its stream leaderships stepped down first)
+//	b      SIGKILL a node that leads raft groups (owning as few objects as any node does)
+//	c      SIGKILL an owner that leads raft groups
+//	cmeta  SIGKILL the JetStream meta leader
+//	d      SIGKILL an owner, delete its directory, start it again under its name (a replaced machine)
+//	e      SIGKILL every node, start them all again; timed from the last start
+//	f      SIGTERM an owner that leads raft groups (it drains), start it again; failed calls counted
+//
+// It prints a table, a row per scenario and class of object: "owner" (the lost node owned it and
+// led none of its raft groups: its shard's log stream, or the bucket of leases), "group" (it led
+// one, another node owned the object), "both", "other", "all" (scenario e); with the kills and
+// objects measured, p50, p99 and max, the objects that took over 5 s (stalls) or were not served
+// again within a minute, the median time until every group the lost node led had a new leader
+// ("election", polled through the other nodes' /status), and the p99 of each object's time less
+// its kill's election. Then, per scenario, the write calls, those that failed, and the attempts
+// whose outcome was unknown. The test fails if an object is not served again within a minute, if a
+// writer finds an acknowledged write lost or a value nobody wrote, and (-failover.bounds, the
+// default) if a figure misses issue 22's target (FailoverReport.Misses). A scenario takes 2 to 5
+// minutes on a 2-core machine; run a few at a time:
+//
+//	go test -tags faults ./cluster/faults -run TestFailover -v -failover.scenario=a,b,c -timeout 20m
+//	go test -tags faults ./cluster/faults -run TestFailover -v -failover.scenario=cmeta,d -timeout 20m
+//	go test -tags faults ./cluster/faults -run TestFailover -v -failover.scenario=e,f -timeout 20m
+//	go test -tags faults ./cluster/faults -run TestFailover -v -failover.kills=2 -failover.bounds=false
+//
+// Other flags: -failover.objects (12), -failover.shards (16), -failover.budget (10s). The figures
+// depend on the machine's load: note the load average beside them.
 package faults

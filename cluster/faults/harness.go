@@ -24,6 +24,7 @@ type Config struct {
 	Target   Target
 	Nodes    int           // node processes (3 or 5)
 	Replicas int           // replicas of every stream (default 3)
+	Shards   int           // streams the log is spread over (default 4)
 	Duration time.Duration // how long faults are injected
 	Seed     uint64        // the fault schedule's and the clients' seed
 	Keys     int           // keys the clients write (default 3)
@@ -97,6 +98,9 @@ func Run(t testing.TB, cfg Config) *Summary {
 	}
 	if cfg.Replicas == 0 {
 		cfg.Replicas = min(3, cfg.Nodes)
+	}
+	if cfg.Shards == 0 {
+		cfg.Shards = 4
 	}
 	if cfg.Keys == 0 {
 		cfg.Keys = 3
@@ -227,7 +231,7 @@ func (h *harness) setup(root string) {
 		spec := NodeSpec{
 			Target: h.cfg.Target.Name(), Index: i, Name: fmt.Sprintf("n%d", i+1),
 			Dir: filepath.Join(root, fmt.Sprintf("n%d", i+1)), ClientPort: ports[i], ClusterPort: ports[n+i],
-			Routes: h.net.Routes(i), Replicas: h.cfg.Replicas, Shards: 4, ServePort: ports[2*n+i],
+			Routes: h.net.Routes(i), Replicas: h.cfg.Replicas, Shards: h.cfg.Shards, ServePort: ports[2*n+i],
 		}
 		if err := os.MkdirAll(spec.Dir, 0o700); err != nil {
 			h.t.Fatal(err)

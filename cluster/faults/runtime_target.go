@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/durable-go/durable/cluster"
@@ -28,13 +29,10 @@ import (
 // the final records must not hold it.
 var ErrRefused = errors.New("faults: refused, nothing stored")
 
-// RuntimeLeaseTTL is the lease time of the runtime target's nodes: shorter than a SIGSTOP of the
-// schedule, so that a stopped owner's objects are taken over while it is stopped.
-const RuntimeLeaseTTL = 2 * time.Second
-
 // RuntimeTarget puts the runtime in cluster mode (package core with Options.Replication) through
 // the faults. Each node process runs an embedded JetStream node and a runtime over it (the engine
-// on the node's own connection, LeaseTTL RuntimeLeaseTTL, a snapshot every 200 records, objects
+// on the node's own connection, the runtime's default LeaseTTL, shorter than a SIGSTOP of the
+// schedule, so that a stopped owner's objects are taken over while it is stopped; a snapshot every 200 records, objects
 // evicted after 1 s idle, which hands their leases back), and serves, over HTTP on 127.0.0.1, a
 // namespace of registers: an object per key holding a version and a value, and a history of every
 // write. A write is a call that writes only if the version is the one expected, and returns the
@@ -44,8 +42,8 @@ const RuntimeLeaseTTL = 2 * time.Second
 // it (ErrRefused), and the key moves to another node only when its owner fails, is stopped, is cut
 // off, or evicts it.
 //
-// Errors map to outcomes as follows. ErrNotOwner, ErrFenced and ErrLeaseUnproven are refusals
-// (ErrRefused): the runtime stored nothing; so is a connection that could not be made (the node is
+// Errors map to outcomes as follows. ErrNotOwner, ErrFenced, ErrLeaseUnproven and ErrClosed (the
+// node is stopping) are refusals (ErrRefused): the runtime stored nothing; so is a connection that could not be made (the node is
 // down: nothing was sent). ErrCommitUnknown, any other error of the call, and any other error of
 // the transport (a timeout, a broken connection) are unknown outcomes.
 //
@@ -85,7 +83,7 @@ func (RuntimeTarget) RunNode(ctx context.Context, spec NodeSpec) error {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	rt, err := core.Open(core.Options{
 		Dir: filepath.Join(spec.Dir, "objects"), Logger: logger, IdleTimeout: time.Second,
-		Replication: &core.Replication{Node: spec.Name, Log: eng, Leases: eng, Beacon: eng, LeaseTTL: RuntimeLeaseTTL, SnapshotEvery: 200},
+		Replication: &core.Replication{Node: spec.Name, Log: eng, Leases: eng, Beacon: eng, SnapshotEvery: 200},
 	})
 	if err != nil {
 		return err
@@ -100,7 +98,14 @@ func (RuntimeTarget) RunNode(ctx context.Context, spec NodeSpec) error {
 		rt.Close()
 		return err
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	var stopping atomic.Bool
+	ready := func() error {
+		if stopping.Load() {
+			return errors.New("faults: the node is stopping")
+		}
+		return readiness(rt)
+	}
+	srv := &http.Server{Handler: statusHandler(spec.Name, node, rt, ready, h), ReadHeaderTimeout: 5 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	var serveErr error
@@ -108,6 +113,19 @@ func (RuntimeTarget) RunNode(ctx context.Context, spec NodeSpec) error {
 	case <-ctx.Done():
 	case serveErr = <-served:
 	}
+	// A stop asked for (SIGTERM) drains while the node still answers: the runtime shuts down,
+	// handing its shards back, so that calls here are refused and go to the nodes that take the
+	// shards over; the node hands its raft leaderships over (Drain); then the HTTP server stops. With the engine out of reach the leases cannot be handed
+	// back, and they lapse.
+	stopping.Store(true)
+	dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if err := rt.Shutdown(dctx); err != nil {
+		logger.Warn("the runtime did not close cleanly", "error", err)
+	}
+	if err := node.Drain(dctx); err != nil {
+		logger.Warn("the node did not hand its raft leaderships over", "error", err)
+	}
+	cancel()
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	srv.Shutdown(sctx)
 	cancel()
@@ -117,7 +135,6 @@ func (RuntimeTarget) RunNode(ctx context.Context, spec NodeSpec) error {
 	if errors.Is(serveErr, http.ErrServerClosed) {
 		serveErr = nil
 	}
-	// Close hands the leases back; with the engine out of reach it cannot, and the leases lapse.
 	if err := rt.Close(); err != nil {
 		logger.Warn("the runtime did not close cleanly", "error", err)
 	}
@@ -190,6 +207,7 @@ type regReply struct {
 	Value   string   `json:"value,omitempty"`
 	Records []Record `json:"records,omitempty"`
 	Error   string   `json:"error,omitempty"`
+	Owner   string   `json:"owner,omitempty"` // a refusal's: the node that owns the key, if known
 }
 
 // classify maps an error of a call to the runtime to the outcome a client must assume.
@@ -197,7 +215,8 @@ func classify(err error) string {
 	switch {
 	case errors.Is(err, core.ErrCommitUnknown):
 		return "unknown"
-	case errors.Is(err, core.ErrNotOwner), errors.Is(err, core.ErrFenced), errors.Is(err, core.ErrLeaseUnproven):
+	case errors.Is(err, core.ErrNotOwner), errors.Is(err, core.ErrFenced), errors.Is(err, core.ErrLeaseUnproven),
+		errors.Is(err, core.ErrClosed):
 		return "refused"
 	default:
 		return "unknown"
@@ -224,6 +243,9 @@ func RegisterHandler(rt *core.Runtime) (http.Handler, error) {
 		}()
 		if err != nil {
 			reply = regReply{Outcome: classify(err), Error: err.Error()}
+			if noe := (*core.NotOwnerError)(nil); errors.As(err, &noe) {
+				reply.Owner = noe.Holder
+			}
 		}
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(reply)

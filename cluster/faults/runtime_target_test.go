@@ -132,7 +132,7 @@ func TestRuntimeTarget_BadInput(t *testing.T) {
 }
 
 // S-X6, S-CL2..CL5: the runtime's errors mapped to the outcome a client must assume: a node that
-// does not own the key, that was fenced, or cannot prove its lease stored nothing (refused); a
+// does not own the key, that was fenced, cannot prove its lease, or is stopping stored nothing (refused); a
 // commit whose outcome is unknown, or any other error, is unknown.
 func TestRuntimeTarget_Classify(t *testing.T) {
 	cases := []struct {
@@ -142,6 +142,7 @@ func TestRuntimeTarget_Classify(t *testing.T) {
 		{&core.NotOwnerError{Key: "registers/k0", Holder: "n2", Until: time.Now()}, "refused"},
 		{fmt.Errorf("call: %w", core.ErrFenced), "refused"},
 		{fmt.Errorf("call: %w", core.ErrLeaseUnproven), "refused"},
+		{fmt.Errorf("call: %w", core.ErrClosed), "refused"},
 		{fmt.Errorf("call: %w", core.ErrCommitUnknown), "unknown"},
 		{errors.Join(core.ErrCommitUnknown, core.ErrFenced), "unknown"},
 		{context.DeadlineExceeded, "unknown"},

@@ -1,0 +1,57 @@
+package faults
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+
+	"github.com/durable-go/durable/cluster"
+	"github.com/durable-go/durable/core"
+)
+
+// NodeStatus is what a node process of the runtime target says of itself at GET /status: whether
+// it is ready, which raft groups it leads, which node leads the JetStream meta group as it knows,
+// and which node owns each shard (its runtime's table).
+type NodeStatus struct {
+	Node       string         `json:"node"`
+	Ready      string         `json:"ready,omitempty"` // why the node is not ready; "" when it is
+	MetaLeader string         `json:"meta_leader"`     // the JetStream meta group's leader
+	Leads      []string       `json:"leads"`           // the streams whose raft group this node leads
+	Owners     map[int]string `json:"owners,omitempty"`
+}
+
+// IsMetaLeader reports whether the node leads the JetStream meta group.
+func (s NodeStatus) IsMetaLeader() bool { return s.MetaLeader != "" && s.MetaLeader == s.Node }
+
+// readiness is nil once the node's runtime can serve (its Stats' Cluster.Ready): it has heard the
+// other nodes' beats, its engine answers, and it does not drain.
+func readiness(rt *core.Runtime) error { return rt.Stats().Cluster.Ready }
+
+// statusHandler serves GET /readyz (200 while ready says nil, 503 and the reason otherwise) and
+// GET /status (a NodeStatus as JSON) for the node process named name, and passes everything else
+// to next.
+func statusHandler(name string, node *cluster.Node, rt *core.Runtime, ready func() error, next http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/", next)
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := ready(); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ready\n")
+	})
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
+		st := NodeStatus{Node: name}
+		if err := ready(); err != nil {
+			st.Ready = err.Error()
+		}
+		st.Owners = rt.Stats().Cluster.Owners
+		st.MetaLeader, st.Leads = node.Leaders()
+		if st.Leads == nil {
+			st.Leads = []string{}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(st)
+	})
+	return mux
+}
