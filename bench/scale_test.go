@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/durable-go/durable/cluster/faults"
 )
 
 // LargeEnv names the environment variable that adds the 100,000-object
@@ -109,6 +111,7 @@ func sharedDirFor(b *testing.B, key string, build func(dir string) error) *share
 }
 
 func TestMain(m *testing.M) {
+	faults.RunIfNode(faults.RuntimeTarget{}) // a node process of BenchmarkClusterFailover never returns from here
 	code := m.Run()
 	if shared.temp {
 		os.RemoveAll(shared.root)
