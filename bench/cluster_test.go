@@ -187,10 +187,10 @@ func retrying(fn func() error) error {
 // BenchmarkClusterFailover is the time an object takes to serve again once its owner's machine is
 // lost without warning. Three node processes (package faults's runtime target: this test binary
 // run again, each an embedded JetStream node, fsync on every write, and a runtime in cluster mode
-// over it, with the target's LeaseTTL, serving a namespace of registers over HTTP on 127.0.0.1).
+// over it, with the default LeaseTTL, serving a namespace of registers over HTTP on 127.0.0.1).
 // Each round, a new object is written 5 times through a client that follows refusals to the owner
-// they name (the node that acknowledges them owns it); then the owner is SIGKILLed, so its leases
-// lapse and the raft groups it led elect new leaders, and the object's writer goes on writing
+// they name (the node that acknowledges them owns it); then the owner is SIGKILLed, so its shards'
+// leases lapse and the raft groups it led elect new leaders, and the object's writer goes on writing
 // through the other nodes until a write is acknowledged, which must be the 6th version: the 5
 // acknowledged before the kill are there. ns/op is the time from the kill to that
 // acknowledgement; p50-ms and p99-ms are its median and 99th percentile over the rounds. Outside

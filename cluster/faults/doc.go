@@ -48,8 +48,10 @@
 //	f      SIGTERM an owner that leads raft groups (it drains), start it again; failed calls counted
 //
 // It prints a table, a row per scenario and class of object: "owner" (the lost node owned it and
-// led none of its raft groups: its shard's log stream, or the bucket of leases), "group" (it led
-// one, another node owned the object), "both", "other", "all" (scenario e); with the kills and
+// did not lead its raft group, the stream of its shard, which holds the shard's lease, the
+// object's log and its snapshots), "group" (it led it, another node owned the object), "both",
+// "other", "all" (scenario e), and "owner+meta" or "both+meta" for the lost node's objects when it
+// led the JetStream meta group too; with the kills and
 // objects measured, p50, p99 and max, the objects that took over 5 s (stalls) or were not served
 // again within a minute, the median time until every group the lost node led had a new leader
 // ("election", polled through the other nodes' /status), and the p99 of each object's time less

@@ -12,9 +12,9 @@ import (
 const Stall = 5 * time.Second
 
 // Row is the figures of one class of objects in one scenario. The classes say what the lost node
-// was to the object: "owner", it owned the object (and led none of its raft groups); "group", it
-// led one of the object's raft groups (the object's shard's log stream, or the bucket of leases)
-// and another node owned the object; "both"; "other", neither; "all" in scenario e, where every
+// was to the object: "owner", it owned the object (and did not lead its raft group); "group", it
+// led the object's raft group (the stream of the object's shard) and another node owned the
+// object; "both"; "other", neither; "all" in scenario e, where every
 // node was lost. "owner+meta" and "both+meta" are the lost node's objects when it also led the
 // JetStream meta group.
 type Row struct {

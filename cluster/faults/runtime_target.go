@@ -115,8 +115,8 @@ func (RuntimeTarget) RunNode(ctx context.Context, spec NodeSpec) error {
 	}
 	// A stop asked for (SIGTERM) drains while the node still answers: the runtime shuts down,
 	// handing its shards back, so that calls here are refused and go to the nodes that take the
-	// shards over; the node hands its raft leaderships over (Drain); then the HTTP server stops. With the engine out of reach the leases cannot be handed
-	// back, and they lapse.
+	// shards over; the node hands its raft leaderships over (Drain); then the HTTP server stops.
+	// With the engine out of reach the shards cannot be handed back, and their leases lapse.
 	stopping.Store(true)
 	dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	if err := rt.Shutdown(dctx); err != nil {
