@@ -3,6 +3,7 @@ package faults
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -96,5 +97,18 @@ func TestStatusHandler(t *testing.T) {
 		if !slices.Contains(st.Leads, s) {
 			t.Fatalf("/status: %+v; want n1 leading %s, the stream of registers/k0", st, s)
 		}
+	}
+
+	// A node that stops says so, and is not ready.
+	stopping := httptest.NewServer(statusHandler("n1", node, rt, func() error { return errors.New("faults: the node is stopping") }, regs))
+	defer stopping.Close()
+	resp, err = stopping.Client().Get(stopping.URL + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(b), "stopping") {
+		t.Fatalf("/readyz of a node that stops: %s %s; want 503 saying it stops", resp.Status, b)
 	}
 }
