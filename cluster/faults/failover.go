@@ -12,7 +12,7 @@ import (
 
 // The failover scenarios, each a way to lose one node (or all) while writers keep writing.
 const (
-	ScenarioNoLeader = "a"     // SIGKILL an owner that leads no raft group (its leaderships stepped down first)
+	ScenarioNoLeader = "a"     // SIGKILL an owner that leads no raft group (its leaderships handed over first)
 	ScenarioLeader   = "b"     // SIGKILL a node that leads raft groups, owning as few objects as there are
 	ScenarioBoth     = "c"     // SIGKILL an owner that leads raft groups
 	ScenarioMeta     = "cmeta" // SIGKILL the JetStream meta leader

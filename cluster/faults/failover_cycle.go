@@ -65,8 +65,8 @@ func (f *failover) pick(s string, v clusterView) (victim, short string) {
 		c := cand{name: name, leads: len(v.leads[name]), owns: v.owns(name), meta: v.meta == name}
 		switch s {
 		case ScenarioNoLeader:
-			c.wanted = c.owns > 0 && !c.meta // its stream leaderships are stepped down next
-			c.score = 1000*b2i(c.owns > 0) + c.owns - 10*c.leads - 100*b2i(c.meta)
+			c.wanted = c.owns > 0 // its leaderships are handed over next
+			c.score = c.owns - 10*c.leads - 100*b2i(c.meta)
 		case ScenarioLeader:
 			c.wanted = c.leads > 0 && c.owns == 0
 			c.score = 1000*b2i(c.leads > 0) + c.leads - 10*c.owns - 5*b2i(c.meta)
@@ -101,15 +101,15 @@ func b2i(b bool) int {
 	return 0
 }
 
-// stepDown asks every stream node leads to elect another leader, until it leads none (within 20
-// s), and returns the view after.
+// stepDown asks node to hand every raft leadership it holds over (its streams' and the meta
+// group's: POST /handover), until it leads none (within 30 s), and returns the view after.
 func (f *failover) stepDown(node string, v clusterView) clusterView {
-	deadline := time.Now().Add(20 * time.Second)
-	for len(v.leads[node]) > 0 && time.Now().Before(deadline) {
-		for _, s := range v.leads[node] {
-			f.nc.Request("$JS.API.STREAM.LEADER.STEPDOWN."+s, nil, 2*time.Second)
+	deadline := time.Now().Add(30 * time.Second)
+	url := fmt.Sprintf("http://127.0.0.1:%d/handover", f.proc(node).spec.ServePort)
+	for (len(v.leads[node]) > 0 || v.meta == node) && time.Now().Before(deadline) {
+		if resp, err := f.hc.Post(url, "", nil); err == nil {
+			resp.Body.Close()
 		}
-		time.Sleep(500 * time.Millisecond)
 		v = f.view()
 	}
 	return v
@@ -129,8 +129,10 @@ func (f *failover) cycle(s string, k int) {
 			v = f.stepDown(victim, v)
 			f.settle()
 			v.owners = f.owners()
-			if len(v.leads[victim]) > 0 {
-				short = fmt.Sprintf("%s still leads %v after stepping down", victim, v.leads[victim])
+			if len(v.leads[victim]) > 0 || v.meta == victim {
+				short = fmt.Sprintf("%s still leads %v (meta leader: %v) after handing its leaderships over", victim, v.leads[victim], v.meta == victim)
+			} else {
+				short = ""
 			}
 		}
 	}

@@ -9,10 +9,6 @@ import (
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go"
-
-	"github.com/durable-go/durable/cluster"
 )
 
 // Cluster is node processes of the runtime target on 127.0.0.1 (the test binary run again, told
@@ -24,7 +20,6 @@ type Cluster struct {
 	h       *harness
 	names   []string
 	router  *router
-	nc      *nats.Conn   // to every node, for requests to JetStream's API
 	hc      *http.Client // for the nodes' /readyz and /status
 	clients []*RuntimeClient
 }
@@ -40,10 +35,8 @@ func StartCluster(t testing.TB, nodes, shards int, logf func(format string, args
 	t.Cleanup(h.reapAll) // registered after TempDir's, so it runs before the directory goes
 	h.setup(root)
 	c := &Cluster{t: t, h: h, hc: &http.Client{Timeout: 2 * time.Second}}
-	var urls []string
 	for _, p := range h.procs {
 		c.names = append(c.names, p.spec.Name)
-		urls = append(urls, fmt.Sprintf("nats://127.0.0.1:%d", p.spec.ClientPort))
 		c.clients = append(c.clients, &RuntimeClient{Base: fmt.Sprintf("http://127.0.0.1:%d", p.spec.ServePort),
 			HTTP: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 32, IdleConnTimeout: 30 * time.Second}}})
 	}
@@ -52,16 +45,8 @@ func StartCluster(t testing.TB, nodes, shards int, logf func(format string, args
 			n.Close()
 		}
 		c.hc.CloseIdleConnections()
-		if c.nc != nil {
-			c.nc.Close()
-		}
 	})
 	c.router = newRouter(c.names, c.clients, 4*time.Second, 20*time.Millisecond)
-	nc, err := cluster.Connect(urls)
-	if err != nil {
-		t.Fatalf("faults: %v", err)
-	}
-	c.nc = nc
 	c.waitReady(3 * time.Minute)
 	return c
 }

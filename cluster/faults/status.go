@@ -1,9 +1,11 @@
 package faults
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
+	"time"
 
 	"github.com/durable-go/durable/cluster"
 	"github.com/durable-go/durable/core"
@@ -27,9 +29,10 @@ func (s NodeStatus) IsMetaLeader() bool { return s.MetaLeader != "" && s.MetaLea
 // other nodes' beats, its engine answers, and it does not drain.
 func readiness(rt *core.Runtime) error { return rt.Stats().Cluster.Ready }
 
-// statusHandler serves GET /readyz (200 while ready says nil, 503 and the reason otherwise) and
-// GET /status (a NodeStatus as JSON) for the node process named name, and passes everything else
-// to next.
+// statusHandler serves GET /readyz (200 while ready says nil, 503 and the reason otherwise), GET
+// /status (a NodeStatus as JSON) and POST /handover (the node hands every raft leadership it holds
+// over, and keeps serving as a follower: cluster.Node.Drain) for the node process named name, and
+// passes everything else to next.
 func statusHandler(name string, node *cluster.Node, rt *core.Runtime, ready func() error, next http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/", next)
@@ -39,6 +42,15 @@ func statusHandler(name string, node *cluster.Node, rt *core.Runtime, ready func
 			return
 		}
 		io.WriteString(w, "ready\n")
+	})
+	mux.HandleFunc("POST /handover", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 20*time.Second)
+		defer cancel()
+		if err := node.Drain(ctx); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "handed over\n")
 	})
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
 		st := NodeStatus{Node: name}

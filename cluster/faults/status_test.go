@@ -99,6 +99,16 @@ func TestStatusHandler(t *testing.T) {
 		}
 	}
 
+	// A node hands its raft leaderships over (alone, it has none to hand).
+	resp, err = srv.Client().Post(srv.URL+"/handover", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/handover: %s; want 200", resp.Status)
+	}
+
 	// A node that stops says so, and is not ready.
 	stopping := httptest.NewServer(statusHandler("n1", node, rt, func() error { return errors.New("faults: the node is stopping") }, regs))
 	defer stopping.Close()
