@@ -32,9 +32,10 @@
 // when a node is lost. It starts three node processes of the runtime target (StartCluster: each
 // serves, besides the registers, GET /readyz, 200 once the node is ready, GET /status, a
 // NodeStatus naming the raft groups the node leads, the JetStream meta leader as it knows it and
-// the shards' owners, and POST /handover, which hands the node's raft leaderships over), and a writer per object (12) that writes without pause through a client like a real one:
-// a refusal naming the owner sends the write there at once, a node that is down or does not answer
-// sends it to another, and a call not acknowledged within its budget (10 s) fails. Then, per
+// the shards' owners, and POST /handover, which hands the node's raft leaderships over), and a
+// writer per object (12) that writes without pause through a client like a real one: a refusal
+// naming the owner sends the write there at once, a node that is down or does not answer sends it
+// to another, and a call not acknowledged within its budget (10 s) fails. Then, per
 // scenario, it loses a node again and again (10 kills), each time waiting first for every node to
 // be ready and every object to be served, and measures, per object, the time from the loss to the
 // object's first acknowledged write whose attempt began after it:
