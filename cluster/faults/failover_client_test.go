@@ -14,7 +14,7 @@ import (
 	"github.com/durable-go/durable/replog/replogtest"
 )
 
-// S-X7: the failover client sends an operation refused by a node that does not own the key to the
+// S-X9: the failover client sends an operation refused by a node that does not own the key to the
 // node the refusal names, at once, not round the others; and keeps going to that node after.
 func TestRouter_FollowsTheNamedOwner(t *testing.T) {
 	c := replogtest.NewMemCluster()
@@ -83,7 +83,7 @@ func fakeNode(t *testing.T, f *fakeRegister) *router {
 	return newRouter([]string{"n1"}, []*RuntimeClient{{Base: srv.URL, HTTP: srv.Client()}}, 100*time.Millisecond, time.Millisecond)
 }
 
-// S-X7: a write whose answer was lost but which was stored comes back, sent again, as a conflict
+// S-X9: a write whose answer was lost but which was stored comes back, sent again, as a conflict
 // at the version it made; the writer reads the key, finds its value there and counts the write
 // acknowledged (late), not failed, nor a broken promise.
 func TestWriter_UnknownThenStored(t *testing.T) {
@@ -98,7 +98,7 @@ func TestWriter_UnknownThenStored(t *testing.T) {
 	}
 }
 
-// S-X7: a node at a version below one acknowledged to the writer is a lost write, reported as a
+// S-X9: a node at a version below one acknowledged to the writer is a lost write, reported as a
 // broken promise.
 func TestWriter_LostWrite(t *testing.T) {
 	f := &fakeRegister{}

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// S-X7: the failover report's rows are per scenario and class, with nearest-rank percentiles,
+// S-X9: the failover report's rows are per scenario and class, with nearest-rank percentiles,
 // stalls over 5 s and the time less each kill's election; Misses names each figure over issue
 // 22's targets, and nothing when all meet them.
 func TestFailoverReport(t *testing.T) {

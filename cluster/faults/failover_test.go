@@ -20,7 +20,7 @@ var (
 	failoverBounds    = flag.Bool("failover.bounds", true, "fail when a figure misses its target (issue 22's); false: only unserved objects and broken promises fail")
 )
 
-// S-X7: three node processes of the runtime target, writers on a dozen objects that follow the
+// S-X9: three node processes of the runtime target, writers on a dozen objects that follow the
 // refusals' named owners, and a node lost (SIGKILL, a replaced machine, all nodes, a SIGTERM
 // drain) again and again: each object's time from the loss to its first acknowledged write after
 // it, per scenario and per what the lost node was to the object. Every object serves again within

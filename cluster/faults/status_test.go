@@ -18,7 +18,7 @@ import (
 	"github.com/durable-go/durable/core"
 )
 
-// S-X7: a node process's /readyz answers 503 saying why until its runtime is ready, then 200; and
+// S-X9: a node process's /readyz answers 503 saying why until its runtime is ready, then 200; and
 // /status names the node, the raft groups it leads (a node alone leads every stream of its
 // engine) and the owner of each shard that has one.
 func TestStatusHandler(t *testing.T) {
