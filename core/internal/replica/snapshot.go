@@ -84,11 +84,16 @@ func (x *Object) snapshot(st *sqlstore.DB) error {
 	x.seq, x.sum, x.records = seq, r.Sum, 0
 	old := x.snapBlob
 	x.snapBlob = info.Blob
-	if err := log.Trim(ctx, x.key, seq); err != nil {
+	// The snapshot is in. What follows is clean-up, which the next snapshot does again if it fails
+	// now: it gets opTimeout, not the snapshot's time, so that an engine slow to purge (its meta
+	// group without a leader, say) does not hold the object's next turns for long.
+	cctx, ccancel := opCtx()
+	defer ccancel()
+	if err := log.Trim(cctx, x.key, seq); err != nil {
 		return fmt.Errorf("trim the log before the snapshot: %w", err)
 	}
 	if old != "" && old != info.Blob {
-		if err := log.DeleteBlob(ctx, x.key, old); err != nil && !errors.Is(err, replog.ErrNoBlob) {
+		if err := log.DeleteBlob(cctx, x.key, old); err != nil && !errors.Is(err, replog.ErrNoBlob) {
 			return fmt.Errorf("delete the previous snapshot: %w", err)
 		}
 	}
