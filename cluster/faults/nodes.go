@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -32,7 +33,8 @@ func StartCluster(t testing.TB, nodes, shards int, logf func(format string, args
 	}
 	h := &harness{t: t, cfg: Config{Target: RuntimeTarget{}, Nodes: nodes, Replicas: min(3, nodes), Shards: shards, Logf: logf}}
 	root := t.TempDir()
-	t.Cleanup(h.reapAll) // registered after TempDir's, so it runs before the directory goes
+	t.Cleanup(func() { keepLogs(t, h) }) // after the nodes are reaped, before the directory goes
+	t.Cleanup(h.reapAll)                 // registered after TempDir's, so it runs before the directory goes
 	h.setup(root)
 	c := &Cluster{t: t, h: h, hc: &http.Client{Timeout: 2 * time.Second}}
 	for _, p := range h.procs {
@@ -148,3 +150,26 @@ func (c *Cluster) removeDir(p *proc) {
 }
 
 func (c *Cluster) proc(name string) *proc { return c.h.procs[slices.Index(c.names, name)] }
+
+// keepLogs copies the nodes' logs out of the test's directory when the test failed, so that what
+// the nodes said survives the directory's removal, and says where they are.
+func keepLogs(t testing.TB, h *harness) {
+	if !t.Failed() {
+		return
+	}
+	dir, err := os.MkdirTemp("", "faults-logs-")
+	if err != nil {
+		t.Logf("faults: the nodes' logs are not kept: %v", err)
+		return
+	}
+	for _, p := range h.procs {
+		b, err := os.ReadFile(p.logPath)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, p.spec.Name+".log"), b, 0o600)
+		}
+		if err != nil {
+			t.Logf("faults: %s's log is not kept: %v", p.spec.Name, err)
+		}
+	}
+	t.Logf("faults: the nodes' logs are kept in %s", dir)
+}
