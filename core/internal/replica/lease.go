@@ -195,12 +195,12 @@ func (n *Node) acquire(shard int, key string) (*lease, error) {
 	if l != nil {
 		return l, nil // just taken for another object of the shard
 	}
-	if l, err := n.take(shard, key, false); err != nil {
+	l, err := n.take(shard, key, false)
+	if err != nil {
 		return nil, err
-	} else {
-		n.beat(false) // the others refuse calls for the shard from now on, and know whose it is
-		return l, nil
 	}
+	n.beat(false) // the others refuse calls for the shard from now on, and know whose it is
+	return l, nil
 }
 
 // unref is told that a resident object no longer holds l: the last one hands it back, unless it

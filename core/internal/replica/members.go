@@ -188,15 +188,8 @@ func (n *Node) heldElsewhere(shard int, key string) *NotOwner {
 	now := n.cfg.Now()
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	holder, rev := "", uint64(0)
-	for name, m := range n.members {
-		if name == n.cfg.Node || !n.alive(m, now) || m.draining {
-			continue // a draining node hands its shards back: only the lease can tell
-		}
-		if r, ok := m.shards[shard]; ok && r > rev {
-			holder, rev = name, r
-		}
-	}
+	// A draining node hands its shards back: only the lease can tell.
+	holder, rev := n.announcedHolder(shard, now, false)
 	if holder == "" {
 		return nil
 	}
@@ -205,6 +198,21 @@ func (n *Node) heldElsewhere(shard int, key string) *NotOwner {
 		until = s.at.Add(n.cfg.LeaseTTL)
 	}
 	return &NotOwner{Key: key, Holder: holder, Until: until}
+}
+
+// announcedHolder returns the live node other than this one whose beats name shard's lease at the
+// highest revision, and that revision; "" if none (draining nodes count if withDraining). n.mu is
+// held.
+func (n *Node) announcedHolder(shard int, now time.Time, withDraining bool) (holder string, rev uint64) {
+	for name, m := range n.members {
+		if name == n.cfg.Node || !n.alive(m, now) || m.draining && !withDraining {
+			continue
+		}
+		if r, ok := m.shards[shard]; ok && r > rev {
+			holder, rev = name, r
+		}
+	}
+	return holder, rev
 }
 
 // placer takes over, every eighth of LeaseTTL, the shards of nodes that stopped beating, each
@@ -319,26 +327,15 @@ func (n *Node) Table() []ShardOwner {
 	now := n.cfg.Now()
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	best := map[int]ShardOwner{}
-	for name, m := range n.members {
-		if name == n.cfg.Node || !n.alive(m, now) {
-			continue
+	var out []ShardOwner
+	for shard := range n.shards {
+		if l := n.held[shard]; l != nil {
+			l.mu.Lock()
+			out = append(out, ShardOwner{Shard: shard, Node: n.cfg.Node, Rev: l.rev})
+			l.mu.Unlock()
+		} else if holder, rev := n.announcedHolder(shard, now, true); holder != "" {
+			out = append(out, ShardOwner{Shard: shard, Node: holder, Rev: rev})
 		}
-		for shard, rev := range m.shards {
-			if rev > best[shard].Rev {
-				best[shard] = ShardOwner{Shard: shard, Node: name, Rev: rev}
-			}
-		}
 	}
-	for shard, l := range n.held {
-		l.mu.Lock()
-		best[shard] = ShardOwner{Shard: shard, Node: n.cfg.Node, Rev: l.rev}
-		l.mu.Unlock()
-	}
-	out := make([]ShardOwner, 0, len(best))
-	for _, o := range best {
-		out = append(out, o)
-	}
-	slices.SortFunc(out, func(a, b ShardOwner) int { return a.Shard - b.Shard })
 	return out
 }
