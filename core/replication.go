@@ -30,6 +30,15 @@ type Replication struct {
 	// shard, for refusals from memory and for taking over a dead node's shards.
 	Beacon replog.Beacon
 
+	// Calls, if set, carries calls between the nodes: a Method called on any node runs on the node
+	// that owns the object's shard, and Stub.ServeHTTP relays a request to it (see Method and
+	// RouteOptions). Nil keeps every call local: a call for an object another node owns fails with
+	// ErrNotOwner, naming the owner.
+	Calls replog.Calls
+
+	// Route tunes the calls between nodes (zero: the defaults).
+	Route RouteOptions
+
 	// LeaseTTL is how long a shard's lease lasts unrenewed (default 1 s). A node serves an object
 	// only while its shard's lease is valid by the node's own clock (LeaseTTL less an eighth after
 	// the renewal began, renewals every quarter); another node takes a shard over only after it has
@@ -119,5 +128,11 @@ func (rt *Runtime) openReplication() error {
 		return err
 	}
 	rt.cluster = n
+	if r.Calls != nil {
+		if rt.router, err = startRouter(rt, r); err != nil {
+			n.Close()
+			return err
+		}
+	}
 	return nil
 }
