@@ -258,7 +258,7 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 	if err := waitCalls(); err != nil {
 		return err
 	}
-	rt.router.stop() // no call is under way: serve no more
+	rt.router.stop()       // no call is under way: serve no more
 	if rt.cluster != nil { // the objects are closed and their leases handed back: stop renewing
 		errs = append(errs, rt.cluster.Close())
 	}
