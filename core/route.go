@@ -457,9 +457,10 @@ type wireReply struct {
 // wireErr is an error sent back: its class, which names the sentinel it matches on the caller, and
 // its message.
 type wireErr struct {
-	Class  string `json:"class"`
-	Msg    string `json:"msg"`
-	Holder string `json:"holder,omitempty"` // classMoved: the owner, "" if unknown
+	Class  string   `json:"class"`
+	Msg    string   `json:"msg"`
+	Holder string   `json:"holder,omitempty"` // classMoved: the owner, "" if unknown
+	Is     []string `json:"is,omitempty"`     // classRemote: the classes of the sentinels the object's error wraps
 }
 
 // The classes of errors that cross nodes.
@@ -523,7 +524,13 @@ func encodeErr(err error) *wireErr {
 	}
 	var re *RemoteError
 	if errors.As(err, &re) {
-		return &wireErr{Class: classRemote, Msg: re.Error()}
+		we := &wireErr{Class: classRemote, Msg: re.Error()}
+		for _, c := range classes { // errors.Is holds through the object's error, as it does on one node
+			if errors.Is(re.Err, c.err) {
+				we.Is = append(we.Is, c.class)
+			}
+		}
+		return we
 	}
 	for _, c := range classes {
 		if errors.Is(err, c.err) {
@@ -539,16 +546,26 @@ func (e *wireErr) decode(rc *routedCall, node string) error {
 	case classMoved:
 		return rc.err(&NotOwnerError{Key: rc.ns.name + "/" + rc.name, Holder: e.Holder})
 	case classRemote:
-		return rc.err(&RemoteError{Err: &nodeError{msg: e.Msg, node: node}})
+		ne := &nodeError{msg: e.Msg, node: node}
+		for _, c := range e.Is {
+			if s := sentinel(c); s != nil {
+				ne.is = append(ne.is, s)
+			}
+		}
+		return rc.err(&RemoteError{Err: ne})
 	}
-	return rc.err(&nodeError{msg: e.Msg, node: node, is: sentinel(e.Class)})
+	ne := &nodeError{msg: e.Msg, node: node}
+	if s := sentinel(e.Class); s != nil {
+		ne.is = []error{s}
+	}
+	return rc.err(ne)
 }
 
-// nodeError is an error that another node returned: its message, and the sentinel it matches.
+// nodeError is an error that another node returned: its message, and the sentinels it matches.
 type nodeError struct {
 	msg, node string
-	is        error
+	is        []error
 }
 
-func (e *nodeError) Error() string { return fmt.Sprintf("%s (at node %q)", e.msg, e.node) }
-func (e *nodeError) Unwrap() error { return e.is }
+func (e *nodeError) Error() string   { return fmt.Sprintf("%s (at node %q)", e.msg, e.node) }
+func (e *nodeError) Unwrap() []error { return e.is }

@@ -82,6 +82,8 @@ type routed struct {
 	block *core.Method[*account, struct{}, int]
 	ping  *core.Method[*account, pingArg, int] // A -> B -> A
 	gate  chan struct{}                        // block's turns wait for it
+
+	blocked error // what ping's call inside BlockConcurrencyWhile returned
 }
 
 type pingArg struct {
@@ -166,6 +168,7 @@ func openRouted(t *testing.T, c *replogtest.MemCluster, name string, edit ...fun
 		var r int
 		err = a.st.BlockConcurrencyWhile(ctx, func(ctx context.Context) error {
 			r, err = n.ping.Call(ctx, via, pingArg{Via: a.st.Name(), Back: true})
+			n.blocked = err
 			return err
 		})
 		return r, err
@@ -303,4 +306,159 @@ func TestMethodCallFollowsMoved(t *testing.T) {
 	})
 }
 
-var _ = httptest.NewRecorder
+// S-CL15: error classes survive the hop: an object's own error is a *RemoteError carrying its
+// message; a full queue is ErrOverloaded and an unknown commit ErrCommitUnknown, and neither is
+// sent again.
+func TestMethodCallErrorsAcrossNodes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := replogtest.NewMemCluster()
+		n1 := openRouted(t, c, "n1", func(o *core.Options) { o.MaxQueue = 1 })
+		n2 := openRouted(t, c, "n2")
+		ctx := context.Background()
+		_, err := n1.add.Call(ctx, n1.stub(t, "x"), 1)
+		require.NoError(t, err)
+
+		_, err = n2.fail.Call(ctx, n2.stub(t, "x"), "insufficient funds")
+		var re *core.RemoteError
+		require.ErrorAs(t, err, &re)
+		require.Contains(t, re.Error(), "insufficient funds")
+		require.Contains(t, err.Error(), `"n1"`, "the error says which node ran it")
+		require.False(t, core.IsRetryable(err))
+
+		// A full queue: one turn runs (blocked), one waits; the third is refused.
+		done := make(chan error, 2)
+		for range 2 {
+			go func() { _, err := n1.block.Call(ctx, n1.stub(t, "x"), struct{}{}); done <- err }()
+		}
+		synctest.Wait()
+		before := len(n2.calls.log())
+		_, err = n2.add.Call(ctx, n2.stub(t, "x"), 10)
+		require.ErrorIs(t, err, core.ErrOverloaded)
+		require.True(t, core.IsRetryable(err))
+		require.Len(t, n2.calls.log(), before+1, "overloaded is not sent again")
+		close(n1.gate)
+		require.NoError(t, <-done)
+		require.NoError(t, <-done)
+
+		// An append whose outcome is lost: the turn ran, and may be durable; not sent again.
+		runs := n1.runs.Load()
+		n1.view.DropAppends(100)
+		_, err = n2.add.Call(ctx, n2.stub(t, "x"), 100)
+		require.ErrorIs(t, err, core.ErrCommitUnknown)
+		require.False(t, core.IsRetryable(err))
+		require.Equal(t, runs+1, n1.runs.Load(), "run once, not again")
+		n1.view.DropAppends(0)
+
+		// A method the owner does not know.
+		ns3, err := core.Register(n2.rt, "other", func(_ context.Context, st *core.State) (*account, error) { return &account{st: st}, nil })
+		require.NoError(t, err)
+		m, err := core.Define(ns3, "only_here", func(ctx context.Context, a *account, _ int) (int, error) { return 0, nil })
+		require.NoError(t, err)
+		ns1, err := core.Register(n1.rt, "other", func(_ context.Context, st *core.State) (*account, error) { return &account{st: st}, nil })
+		require.NoError(t, err)
+		y1, err := ns1.Get("y")
+		require.NoError(t, err)
+		s1, err := ns3.Get("y")
+		require.NoError(t, err)
+		// Node 1 takes y's shard first, then node 2 calls a method node 1 has not defined.
+		_, err = core.Call(ctx, y1, func(ctx context.Context, a *account) (int, error) { return 0, nil })
+		require.NoError(t, err)
+		_, err = m.Call(ctx, s1, 1)
+		require.ErrorIs(t, err, core.ErrNoMethod)
+	})
+}
+
+// S-CL16: A -> B -> A across nodes completes (the caller's gate is open while it waits); with the
+// gate kept closed (BlockConcurrencyWhile) the call back fails at once with ErrDeadlock, never hangs.
+func TestMethodCallABAAcrossNodes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := replogtest.NewMemCluster()
+		n1, n2 := openRouted(t, c, "n1"), openRouted(t, c, "n2")
+		ctx := context.Background()
+		y := otherShard(c, "x")
+		_, err := n1.add.Call(ctx, n1.stub(t, "x"), 7) // x at node 1
+		require.NoError(t, err)
+		_, err = n2.add.Call(ctx, n2.stub(t, y), 1) // y at node 2
+		require.NoError(t, err)
+
+		got, err := n2.ping.Call(ctx, n2.stub(t, "x"), pingArg{Via: y}) // n2 -> x@n1 -> y@n2 -> x@n1
+		require.NoError(t, err)
+		require.Equal(t, 7, got)
+
+		start := time.Now()
+		_, err = n2.ping.Call(ctx, n2.stub(t, "x"), pingArg{Via: y, Blocked: true})
+		require.ErrorIs(t, err, core.ErrObjectReset, "x's BlockConcurrencyWhile failed, as on one node")
+		require.ErrorIs(t, n1.blocked, core.ErrDeadlock, "because y's call back to x was refused")
+		var re *core.RemoteError
+		require.ErrorAs(t, n1.blocked, &re, "from y's code, at node 2")
+		require.Less(t, time.Since(start), time.Second, "at once")
+	})
+}
+
+// S-CL14: a node cut off from the owner: the call fails with ErrUnreachable, retryable, after
+// RouteOptions.Attempts, bounded in time; joined back, it goes through.
+func TestMethodCallCutLink(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := replogtest.NewMemCluster()
+		n1, n2 := openRouted(t, c, "n1"), openRouted(t, c, "n2")
+		ctx := context.Background()
+		_, err := n1.add.Call(ctx, n1.stub(t, "x"), 1)
+		require.NoError(t, err)
+		n1.view.CutCalls(true)
+		start := time.Now()
+		_, err = n2.add.Call(ctx, n2.stub(t, "x"), 1)
+		require.ErrorIs(t, err, core.ErrUnreachable)
+		require.True(t, core.IsRetryable(err))
+		require.Contains(t, err.Error(), `"n1"`)
+		require.Less(t, time.Since(start), clusterTTL, "bounded")
+		require.Equal(t, int64(1), n1.runs.Load())
+		n1.view.CutCalls(false)
+		got, err := n2.add.Call(ctx, n2.stub(t, "x"), 1)
+		require.NoError(t, err)
+		require.Equal(t, 2, got)
+	})
+}
+
+// S-CL17: Stub.ServeHTTP at a node that does not own the object relays the request to the owner and
+// writes its response; a body over RouteOptions.MaxHTTPBody is 413 and is not sent; a WebSocket
+// upgrade is 421; with NoHTTPRelay, 421 as without Calls.
+func TestServeHTTPRelayed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := replogtest.NewMemCluster()
+		n1 := openRouted(t, c, "n1")
+		n2 := openRouted(t, c, "n2", func(o *core.Options) { o.Replication.Route.MaxHTTPBody = 8 })
+		n3 := openRouted(t, c, "n3", func(o *core.Options) { o.Replication.Route.NoHTTPRelay = true })
+		serve := func(n *routed, r *http.Request) *httptest.ResponseRecorder {
+			w := httptest.NewRecorder()
+			n.stub(t, "x").ServeHTTP(w, r)
+			return w
+		}
+		w := serve(n1, httptest.NewRequest(http.MethodPost, "/acct/x", strings.NewReader("5")))
+		require.Equal(t, http.StatusOK, w.Code)
+		require.Equal(t, "n1", w.Header().Get("X-Node"))
+
+		w = serve(n2, httptest.NewRequest(http.MethodPost, "/acct/x?via=n2", strings.NewReader("10")))
+		require.Equal(t, http.StatusOK, w.Code, w.Body.String())
+		require.Equal(t, "15", w.Body.String())
+		require.Equal(t, "n1", w.Header().Get("X-Node"), "served by the owner")
+		require.Equal(t, int64(2), n1.runs.Load())
+
+		w = serve(n2, httptest.NewRequest(http.MethodPost, "/acct/x", strings.NewReader("123456789")))
+		require.Equal(t, http.StatusRequestEntityTooLarge, w.Code)
+		require.Equal(t, int64(2), n1.runs.Load(), "not sent")
+
+		up := httptest.NewRequest(http.MethodGet, "/acct/x", nil)
+		up.Header.Set("Connection", "Upgrade")
+		up.Header.Set("Upgrade", "websocket")
+		w = serve(n2, up)
+		require.Equal(t, http.StatusMisdirectedRequest, w.Code)
+
+		w = serve(n3, httptest.NewRequest(http.MethodGet, "/acct/x", nil))
+		require.Equal(t, http.StatusMisdirectedRequest, w.Code, "relaying off")
+
+		n1.view.CutCalls(true)
+		w = serve(n2, httptest.NewRequest(http.MethodGet, "/acct/x", nil))
+		require.Equal(t, http.StatusServiceUnavailable, w.Code, "owner unreachable")
+		require.Equal(t, "1", w.Header().Get("Retry-After"))
+	})
+}
