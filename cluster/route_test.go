@@ -25,8 +25,8 @@ func TestEngine_MethodCallAcrossNodes(t *testing.T) {
 	cfg := cluster.Config{Prefix: fmt.Sprintf("t%d", prefixes.Add(1)), Replicas: 1, Shards: 4}
 	type node struct {
 		rt   *core.Runtime
-		add  *core.Method[*counter, int, int]
-		echo *core.Method[*counter, string, string]
+		add  func(context.Context, *core.Stub[*counter], int) (int, error)
+		echo func(context.Context, *core.Stub[*counter], string) (string, error)
 		ns   *core.Namespace[*counter]
 	}
 	open := func(name string) *node {
@@ -66,11 +66,11 @@ func TestEngine_MethodCallAcrossNodes(t *testing.T) {
 	defer cancel()
 	sa, _ := a.ns.Get("hits")
 	sb, _ := b.ns.Get("hits")
-	if got, err := a.add.Call(ctx, sa, 1); err != nil || got != 1 {
+	if got, err := a.add(ctx, sa, 1); err != nil || got != 1 {
 		t.Fatalf("add at the owner = %d, %v; want 1", got, err)
 	}
 	for i := 2; i <= 5; i++ {
-		got, err := b.add.Call(ctx, sb, 1)
+		got, err := b.add(ctx, sb, 1)
 		if err != nil || got != i {
 			t.Fatalf("add at the other node = %d, %v; want %d", got, err, i)
 		}
@@ -78,7 +78,7 @@ func TestEngine_MethodCallAcrossNodes(t *testing.T) {
 	if held := b.rt.Stats().Cluster.HeldLeases; held != 0 {
 		t.Fatalf("node b holds %d leases; want 0: the calls ran at a", held)
 	}
-	_, err := b.add.Call(ctx, sb, -1)
+	_, err := b.add(ctx, sb, -1)
 	var re *core.RemoteError
 	if !errors.As(err, &re) {
 		t.Fatalf("an object's error across nodes: %v; want a *RemoteError", err)
@@ -92,10 +92,10 @@ func TestEngine_MethodCallAcrossNodes(t *testing.T) {
 		t.Fatalf("a closure at the other node: %v; want a NotOwnerError naming a", err)
 	}
 	big := strings.Repeat("x", cluster.MaxPayload)
-	if _, err := b.echo.Call(ctx, sb, big); !errors.Is(err, core.ErrTooLarge) {
+	if _, err := b.echo(ctx, sb, big); !errors.Is(err, core.ErrTooLarge) {
 		t.Fatalf("an argument over the payload: %v; want ErrTooLarge", err)
 	}
-	if got, err := b.echo.Call(ctx, sb, "small"); err != nil || got != "small" {
+	if got, err := b.echo(ctx, sb, "small"); err != nil || got != "small" {
 		t.Fatalf("echo = %q, %v", got, err)
 	}
 }

@@ -108,7 +108,7 @@ var (
 	ErrCommitUnknown = replica.ErrCommitUnknown
 	// ErrUnreachable is returned, in cluster mode with Replication.Calls, by a Method's call (or a
 	// relayed HTTP request) that could not reach the node owning the object within
-	// RouteOptions.Attempts: the link is cut, the node is gone, or no reply came. Retryable; if a
+	// Replication.CallAttempts: the link is cut, the node is gone, or no reply came. Retryable; if a
 	// request reached the owner before its reply was lost the method may have run there (its
 	// retries with the same request id did not run it again).
 	ErrUnreachable = errors.New("core: the object's node cannot be reached")

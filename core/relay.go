@@ -13,9 +13,9 @@ import (
 
 // HTTP from any node. In cluster mode with Replication.Calls, Stub.ServeHTTP at a node that does not
 // own the object relays the request to the owner over the same calls as a Method (its method, URL,
-// headers and body, up to RouteOptions.MaxHTTPBody) and writes the owner's response, which the
+// headers and body, up to Replication.MaxRelayBody) and writes the owner's response, which the
 // owner sent once its turn's writes were durable. A WebSocket upgrade is not relayed: it is
-// answered 421, naming the owner, as is every request when RouteOptions.NoHTTPRelay is set.
+// answered 421, naming the owner, as is every request when Replication.NoHTTPRelay is set.
 
 // wireHTTP is a relayed request.
 type wireHTTP struct {
@@ -49,7 +49,7 @@ func (b *touchedBody) Read(p []byte) (int, error) {
 }
 
 // relays reports whether ServeHTTP may relay requests.
-func (ro *router) relays() bool { return ro != nil && !ro.opts.NoHTTPRelay }
+func (ro *router) relays() bool { return ro != nil && !ro.opts.noRelay }
 
 // serveHTTPRouted is ServeHTTP in cluster mode with relaying: here if this node may serve the
 // object, otherwise at its owner.
@@ -93,12 +93,12 @@ func (s *Stub[T]) serveHTTPRouted(w http.ResponseWriter, r *http.Request) {
 		if r.Body == nil || r.Body == http.NoBody {
 			return nil
 		}
-		b, err := io.ReadAll(io.LimitReader(body.ReadCloser, ro.opts.MaxHTTPBody+1))
+		b, err := io.ReadAll(io.LimitReader(body.ReadCloser, ro.opts.maxBody+1))
 		if err != nil {
 			return err
 		}
-		if int64(len(b)) > ro.opts.MaxHTTPBody {
-			return fmt.Errorf("%w: a body over %d bytes cannot be relayed to the object's node", ErrTooLarge, ro.opts.MaxHTTPBody)
+		if int64(len(b)) > ro.opts.maxBody {
+			return fmt.Errorf("%w: a body over %d bytes cannot be relayed to the object's node", ErrTooLarge, ro.opts.maxBody)
 		}
 		hr.Body = b
 		return nil

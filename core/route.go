@@ -20,70 +20,62 @@ import (
 // elsewhere in cluster mode with Replication.Calls, it is sent to the owner the node's table names,
 // marked with a request id; the receiving node never sends it on: it runs it, or answers at once
 // from its own table with the owner ("moved"), and the caller sends it there with the same id. The
-// node that runs a request remembers its id and reply for a while (RouteOptions.Remember), so that
+// node that runs a request remembers its id and reply for a while (Replication.CallMemory), so that
 // a request sent again (its reply was lost) is answered, not run twice.
 
-// RouteOptions tunes the calls between nodes (Replication.Calls). The zero value is the defaults.
-type RouteOptions struct {
-	// AttemptTimeout bounds one attempt at sending a call to another node and waiting for its reply
-	// (default 10 s); the call's context bounds them all. An attempt whose reply does not come is
-	// sent again with the same request id: the owner answers it with the first one's reply, once
-	// that has run, and never runs it twice.
-	AttemptTimeout time.Duration
-
-	// Attempts bounds the sends of one call (default 4): to the owner named by a "moved" answer,
-	// again after ErrFenced (the object moved while it ran) or a reply that did not come. A call
-	// whose attempts run out fails with the last attempt's error (ErrUnreachable for a node that
-	// could not be reached).
-	Attempts int
-
-	// Remember is how many requests a node remembers (their ids and replies) to answer a request
-	// sent again without running it twice (default 4096), each for at most RememberFor (default
-	// 1 min).
-	Remember    int
-	RememberFor time.Duration
-
-	// NoHTTPRelay keeps Stub.ServeHTTP from relaying requests to the object's owner: an object
-	// another node owns answers 421, naming it, as without Calls.
-	NoHTTPRelay bool
-
-	// MaxHTTPBody bounds the body of an HTTP request relayed to the owner (default 1 MiB, and at
-	// most what Replication.Calls carries): a longer one is answered 413, and not sent.
-	MaxHTTPBody int64
+// routeOpts are the calls' settings in force: Replication's, with the defaults.
+type routeOpts struct {
+	timeout     time.Duration
+	attempts    int
+	remember    int
+	rememberFor time.Duration
+	noRelay     bool
+	maxBody     int64
 }
 
-func (o *RouteOptions) withDefaults(max int) {
-	orDefault(&o.AttemptTimeout, 10*time.Second)
-	orDefault(&o.Attempts, 4)
-	orDefault(&o.Remember, 4096)
-	orDefault(&o.RememberFor, time.Minute)
-	orDefault(&o.MaxHTTPBody, 1<<20)
-	o.MaxHTTPBody = min(o.MaxHTTPBody, int64(max)*3/4-16<<10) // room for the encoding (base64) and headers
+func routeOptsOf(r *Replication) routeOpts {
+	o := routeOpts{timeout: r.CallTimeout, attempts: r.CallAttempts, remember: r.CallMemory, rememberFor: r.CallMemoryFor,
+		noRelay: r.NoHTTPRelay, maxBody: r.MaxRelayBody}
+	orDefault(&o.timeout, 10*time.Second)
+	orDefault(&o.attempts, 4)
+	orDefault(&o.remember, 4096)
+	orDefault(&o.rememberFor, time.Minute)
+	orDefault(&o.maxBody, 1<<20)
+	// Room for the encoding (base64) and the headers.
+	o.maxBody = min(o.maxBody, int64(r.Calls.MaxCallBytes())*3/4-16<<10)
+	return o
 }
 
-// A Method is an operation of a namespace's objects, defined once (Define) and callable from any
-// node of a cluster: its name, its argument's type A and its result's type R, which must encode as
-// JSON to cross nodes. It is safe for concurrent use.
-type Method[T, A, R any] struct {
-	ns   *Namespace[T]
-	name string
-	fn   func(ctx context.Context, obj T, arg A) (R, error)
-}
-
-// methodFunc runs a Method for a call sent by another node: arg and result in JSON.
+// methodFunc runs a method for a call sent by another node: arg and result in JSON.
 type methodFunc func(ctx context.Context, name string, arg []byte) ([]byte, error)
 
-// Define registers the method name of ns's objects, whose code is fn, and returns its handle. Every
-// node of a cluster must define the same methods for a namespace: a call sent to a node that has not
-// fails with ErrNoMethod. fn runs as a turn of the object, as Call's function does.
-func Define[T, A, R any](ns *Namespace[T], name string, fn func(ctx context.Context, obj T, arg A) (R, error)) (*Method[T, A, R], error) {
+// Define registers the method name of ns's objects, whose code is fn, and returns the function that
+// calls it: call(ctx, stub, arg) runs fn on the object stub addresses, from any node. Every node of
+// a cluster must define the same methods for a namespace, with the same types: the name is what
+// crosses the wire, with arg and the result encoded as JSON; a call sent to a node that has not
+// defined it fails with ErrNoMethod. fn runs as a turn of the object, as Call's function does.
+//
+// The call runs here, as Call does and with nothing encoded, if this node may serve the object (the
+// single-process runtime always); otherwise, in cluster mode with Replication.Calls, on the node
+// that owns it (see the package's "Calls from any node"), and its result is returned once every
+// write the turn made is durable there. Called from inside another object's turn (with its
+// context), it opens the caller's input gate while it waits, so A -> B -> A completes across nodes
+// too; a call that would wait for a gate kept closed (State.BlockConcurrencyWhile) by a turn waiting
+// for it, on any node, fails at once with ErrDeadlock.
+//
+// Its errors are Call's, on whichever node the method ran: errors.Is(err, ErrOverloaded) and the
+// others hold across nodes, and an error of fn's own is a *RemoteError carrying its message (its
+// type stays on the node that ran it). A call sent to another node may also fail with
+// ErrUnreachable, ErrNoMethod, or ErrTooLarge (its argument or result is over what
+// Replication.Calls carries).
+func Define[T, A, R any](ns *Namespace[T], name string, fn func(ctx context.Context, obj T, arg A) (R, error)) (call func(ctx context.Context, s *Stub[T], arg A) (R, error), err error) {
 	if err := validateNamespace(name); err != nil {
 		return nil, fmt.Errorf("core: Define %s.%s: a method's name is a plain identifier: %w", ns.Name(), name, ErrInvalidName)
 	}
 	if fn == nil {
 		return nil, fmt.Errorf("core: Define %s.%s: nil function", ns.Name(), name)
 	}
-	m := &Method[T, A, R]{ns: ns, name: name, fn: fn}
+	m := &method[T, A, R]{name: name, fn: fn}
 	run := methodFunc(func(ctx context.Context, obj string, arg []byte) ([]byte, error) {
 		s, err := ns.Get(obj)
 		if err != nil {
@@ -102,25 +94,17 @@ func Define[T, A, R any](ns *Namespace[T], name string, fn func(ctx context.Cont
 	if _, dup := ns.ns.rt.methods.LoadOrStore(ns.ns.name+"\x00"+name, run); dup {
 		return nil, fmt.Errorf("core: Define %s.%s: defined already", ns.Name(), name)
 	}
-	return m, nil
+	return m.call, nil
 }
 
-// Name returns the method's name.
-func (m *Method[T, A, R]) Name() string { return m.name }
+// method is a method Define made.
+type method[T, A, R any] struct {
+	name string
+	fn   func(ctx context.Context, obj T, arg A) (R, error)
+}
 
-// Call runs the method on the object s addresses with arg, and returns its result once every write
-// its turn made is durable, as Call does: here if this node may serve the object, otherwise (in
-// cluster mode with Replication.Calls) on the node that owns it. Called from inside another object's
-// turn (with its context), it opens the caller's input gate while it waits, so A -> B -> A completes
-// across nodes too; a call that would wait for a gate kept closed (State.BlockConcurrencyWhile) by
-// a turn waiting for it, on any node, fails at once with ErrDeadlock.
-//
-// The errors are Call's, on whichever node the method ran: errors.Is(err, ErrOverloaded) and the
-// others hold across nodes, and an error of the method's own code is a *RemoteError carrying its
-// message (its type stays on the node that ran it). A call sent to another node may also fail with
-// ErrUnreachable, ErrNoMethod, or ErrTooLarge (its argument or result is over what
-// Replication.Calls carries).
-func (m *Method[T, A, R]) Call(ctx context.Context, s *Stub[T], arg A) (R, error) {
+// call runs the method on the object s addresses, here or at its owner.
+func (m *method[T, A, R]) call(ctx context.Context, s *Stub[T], arg A) (R, error) {
 	rt := s.ns.rt
 	if rt.router == nil {
 		return m.local(ctx, s, arg)
@@ -145,7 +129,7 @@ func (m *Method[T, A, R]) Call(ctx context.Context, s *Stub[T], arg A) (R, error
 }
 
 // local runs the method on this node.
-func (m *Method[T, A, R]) local(ctx context.Context, s *Stub[T], arg A) (R, error) {
+func (m *method[T, A, R]) local(ctx context.Context, s *Stub[T], arg A) (R, error) {
 	if slices.Contains(chainOf(ctx), s.ns.name+"/"+s.name) {
 		var zero R
 		return zero, s.err("call", fmt.Errorf("%w (%s/%q, across nodes)", ErrDeadlock, s.ns.name, s.name))
@@ -178,16 +162,15 @@ type router struct {
 	rt        *Runtime
 	node      string
 	calls     replog.Calls
-	opts      RouteOptions
+	opts      routeOpts
 	recent    *recentCalls
 	stopServe func()
 }
 
 // startRouter serves the calls sent to this node until stop.
 func startRouter(rt *Runtime, r *Replication) (*router, error) {
-	ro := &router{rt: rt, node: r.Node, calls: r.Calls, opts: r.Route}
-	ro.opts.withDefaults(r.Calls.MaxCallBytes())
-	ro.recent = newRecentCalls(ro.opts.Remember, ro.opts.RememberFor, rt.now)
+	ro := &router{rt: rt, node: r.Node, calls: r.Calls, opts: routeOptsOf(r)}
+	ro.recent = newRecentCalls(ro.opts.remember, ro.opts.rememberFor, rt.now)
 	stop, err := r.Calls.Serve(r.Node, ro.handle)
 	if err != nil {
 		return nil, fmt.Errorf("core: cluster mode: serve calls: %w", err)
@@ -231,7 +214,7 @@ func (ro *router) call(ctx context.Context, rc *routedCall) error {
 	target, _ := ro.rt.cluster.Owner(shard)
 	var req []byte
 	var last error
-	for attempt := range ro.opts.Attempts {
+	for attempt := range ro.opts.attempts {
 		if attempt > 0 && target == "" {
 			target, _ = ro.rt.cluster.Owner(shard)
 		}
@@ -318,7 +301,7 @@ func (ro *router) backoff(ctx context.Context) error {
 
 // send sends one attempt of a call to node.
 func (ro *router) send(ctx context.Context, node string, req []byte) ([]byte, error) {
-	actx, cancel := context.WithTimeout(ctx, ro.opts.AttemptTimeout)
+	actx, cancel := context.WithTimeout(ctx, ro.opts.timeout)
 	defer cancel()
 	return ro.calls.Send(actx, node, req)
 }
@@ -433,139 +416,3 @@ func replyErr(err error) []byte {
 	b, _ := json.Marshal(wireReply{Err: encodeErr(err)})
 	return b
 }
-
-// wireCall is a call as sent between nodes.
-type wireCall struct {
-	ID      string          `json:"id"`
-	From    string          `json:"from"`
-	NS      string          `json:"ns"`
-	Name    string          `json:"name"`
-	Method  string          `json:"method,omitempty"`
-	Arg     json.RawMessage `json:"arg,omitempty"`
-	Chain   []string        `json:"chain,omitempty"`   // objects whose gates stay closed for the call
-	Timeout int64           `json:"timeout,omitempty"` // what was left of the caller's deadline, in ns
-	HTTP    *wireHTTP       `json:"http,omitempty"`
-}
-
-// wireReply is a call's reply.
-type wireReply struct {
-	Result json.RawMessage `json:"result,omitempty"`
-	Err    *wireErr        `json:"err,omitempty"`
-	HTTP   *wireHTTPReply  `json:"http,omitempty"`
-}
-
-// wireErr is an error sent back: its class, which names the sentinel it matches on the caller, and
-// its message.
-type wireErr struct {
-	Class  string   `json:"class"`
-	Msg    string   `json:"msg"`
-	Holder string   `json:"holder,omitempty"` // classMoved: the owner, "" if unknown
-	Is     []string `json:"is,omitempty"`     // classRemote: the classes of the sentinels the object's error wraps
-}
-
-// The classes of errors that cross nodes.
-const (
-	classMoved        = "moved"
-	classFenced       = "fenced"
-	classClosed       = "closed"
-	classRemote       = "remote"
-	classOther        = "other"
-	classCanceled     = "canceled"
-	classDeadline     = "deadline"
-	classOverloaded   = "overloaded"
-	classLeaseUnprov  = "lease_unproven"
-	classCommitUnkn   = "commit_unknown"
-	classCommitFailed = "commit_failed"
-)
-
-// classes are the sentinels that keep their identity across nodes, by class, in the order an
-// error is matched against them.
-var classes = []struct {
-	class string
-	err   error
-}{
-	{classFenced, ErrFenced}, {classCommitUnkn, ErrCommitUnknown}, {classCommitFailed, ErrCommitFailed},
-	{classLeaseUnprov, ErrLeaseUnproven}, {classOverloaded, ErrOverloaded}, {classClosed, ErrClosed},
-	{"deadlock", ErrDeadlock}, {"invalid_name", ErrInvalidName}, {"invalid_argument", ErrInvalidArgument},
-	{"too_large", ErrTooLarge}, {"no_method", ErrNoMethod}, {"reset", ErrObjectReset}, {"damaged", ErrDamaged},
-	{"schema_too_new", ErrSchemaTooNew}, {"unreachable", ErrUnreachable},
-	{classCanceled, context.Canceled}, {classDeadline, context.DeadlineExceeded},
-}
-
-// sentinel returns the sentinel of class; nil for classOther.
-func sentinel(class string) error {
-	for _, c := range classes {
-		if c.class == class {
-			return c.err
-		}
-	}
-	return nil
-}
-
-// ran reports whether the call may have run: not refused before its turn began.
-func (e *wireErr) ran() bool {
-	switch e.Class {
-	case classMoved, classOverloaded, classLeaseUnprov, classFenced, classClosed, "no_method", "invalid_name", "deadlock":
-		return false
-	}
-	return true
-}
-
-// encodeErr gives err its class: the runtime's sentinels by name, the object's own errors as remote.
-func encodeErr(err error) *wireErr {
-	msg := err.Error()
-	var ce *Error
-	if errors.As(err, &ce) {
-		msg = ce.Err.Error()
-	}
-	var noe *NotOwnerError
-	if errors.As(err, &noe) {
-		return &wireErr{Class: classMoved, Msg: msg, Holder: noe.Holder}
-	}
-	var re *RemoteError
-	if errors.As(err, &re) {
-		we := &wireErr{Class: classRemote, Msg: re.Error()}
-		for _, c := range classes { // errors.Is holds through the object's error, as it does on one node
-			if errors.Is(re.Err, c.err) {
-				we.Is = append(we.Is, c.class)
-			}
-		}
-		return we
-	}
-	for _, c := range classes {
-		if errors.Is(err, c.err) {
-			return &wireErr{Class: c.class, Msg: msg}
-		}
-	}
-	return &wireErr{Class: classOther, Msg: msg}
-}
-
-// decode makes the caller's error of e, from node.
-func (e *wireErr) decode(rc *routedCall, node string) error {
-	switch e.Class {
-	case classMoved:
-		return rc.err(&NotOwnerError{Key: rc.ns.name + "/" + rc.name, Holder: e.Holder})
-	case classRemote:
-		ne := &nodeError{msg: e.Msg, node: node}
-		for _, c := range e.Is {
-			if s := sentinel(c); s != nil {
-				ne.is = append(ne.is, s)
-			}
-		}
-		return rc.err(&RemoteError{Err: ne})
-	}
-	ne := &nodeError{msg: e.Msg, node: node}
-	if s := sentinel(e.Class); s != nil {
-		ne.is = []error{s}
-	}
-	return rc.err(ne)
-}
-
-// nodeError is an error that another node returned: its message, and the sentinels it matches.
-type nodeError struct {
-	msg, node string
-	is        []error
-}
-
-func (e *nodeError) Error() string   { return fmt.Sprintf("%s (at node %q)", e.msg, e.node) }
-func (e *nodeError) Unwrap() []error { return e.is }

@@ -76,12 +76,12 @@ type routed struct {
 	calls *recordingCalls
 	ns    *core.Namespace[*account]
 	runs  atomic.Int64
-	add   *core.Method[*account, int, int]
-	get   *core.Method[*account, struct{}, int]
-	fail  *core.Method[*account, string, int]
-	block *core.Method[*account, struct{}, int]
-	ping  *core.Method[*account, pingArg, int] // A -> B -> A
-	gate  chan struct{}                        // block's turns wait for it
+	add   func(context.Context, *core.Stub[*account], int) (int, error)
+	get   func(context.Context, *core.Stub[*account], struct{}) (int, error)
+	fail  func(context.Context, *core.Stub[*account], string) (int, error)
+	block func(context.Context, *core.Stub[*account], struct{}) (int, error)
+	ping  func(context.Context, *core.Stub[*account], pingArg) (int, error) // A -> B -> A
+	gate  chan struct{}                                                     // block's turns wait for it
 
 	blocked error // what ping's call inside BlockConcurrencyWhile returned
 }
@@ -160,14 +160,14 @@ func openRouted(t *testing.T, c *replogtest.MemCluster, name string, edit ...fun
 			return 0, err
 		}
 		if arg.Back {
-			return n.get.Call(ctx, via, struct{}{})
+			return n.get(ctx, via, struct{}{})
 		}
 		if !arg.Blocked {
-			return n.ping.Call(ctx, via, pingArg{Via: a.st.Name(), Back: true})
+			return n.ping(ctx, via, pingArg{Via: a.st.Name(), Back: true})
 		}
 		var r int
 		err = a.st.BlockConcurrencyWhile(ctx, func(ctx context.Context) error {
-			r, err = n.ping.Call(ctx, via, pingArg{Via: a.st.Name(), Back: true})
+			r, err = n.ping(ctx, via, pingArg{Via: a.st.Name(), Back: true})
 			n.blocked = err
 			return err
 		})
@@ -200,19 +200,19 @@ func TestMethodCallFromAnyNode(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := replogtest.NewMemCluster()
 		n1, n2, n3 := openRouted(t, c, "n1"), openRouted(t, c, "n2"), openRouted(t, c, "n3")
-		got, err := n1.add.Call(context.Background(), n1.stub(t, "x"), 1)
+		got, err := n1.add(context.Background(), n1.stub(t, "x"), 1)
 		require.NoError(t, err)
 		require.Equal(t, 1, got)
-		got, err = n2.add.Call(context.Background(), n2.stub(t, "x"), 10)
+		got, err = n2.add(context.Background(), n2.stub(t, "x"), 10)
 		require.NoError(t, err)
 		require.Equal(t, 11, got)
-		got, err = n3.add.Call(context.Background(), n3.stub(t, "x"), 100)
+		got, err = n3.add(context.Background(), n3.stub(t, "x"), 100)
 		require.NoError(t, err)
 		require.Equal(t, 111, got)
 		require.Equal(t, int64(3), n1.runs.Load(), "every call ran on the owner")
 		require.Zero(t, n2.runs.Load()+n3.runs.Load())
 		require.Zero(t, n2.rt.Stats().Cluster.HeldLeases+n3.rt.Stats().Cluster.HeldLeases, "no other node took the shard")
-		got, err = n3.get.Call(context.Background(), n3.stub(t, "x"), struct{}{})
+		got, err = n3.get(context.Background(), n3.stub(t, "x"), struct{}{})
 		require.NoError(t, err)
 		require.Equal(t, 111, got)
 
@@ -234,15 +234,15 @@ func TestMethodCallWithoutCalls(t *testing.T) {
 		c := replogtest.NewMemCluster()
 		n1 := openRouted(t, c, "n1")
 		n2 := openRouted(t, c, "n2", func(o *core.Options) { o.Replication.Calls = nil })
-		_, err := n1.add.Call(context.Background(), n1.stub(t, "x"), 1)
+		_, err := n1.add(context.Background(), n1.stub(t, "x"), 1)
 		require.NoError(t, err)
-		_, err = n2.add.Call(context.Background(), n2.stub(t, "x"), 1)
+		_, err = n2.add(context.Background(), n2.stub(t, "x"), 1)
 		var noe *core.NotOwnerError
 		require.ErrorAs(t, err, &noe)
 		require.Equal(t, "n1", noe.Holder)
 
 		one := openRouted(t, c, "solo", func(o *core.Options) { o.Replication = nil })
-		got, err := one.add.Call(context.Background(), one.stub(t, "x"), 5)
+		got, err := one.add(context.Background(), one.stub(t, "x"), 5)
 		require.NoError(t, err)
 		require.Equal(t, 5, got)
 	})
@@ -254,17 +254,17 @@ func TestMethodCallReplyLostNotRunTwice(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := replogtest.NewMemCluster()
 		n1, n2 := openRouted(t, c, "n1"), openRouted(t, c, "n2")
-		_, err := n1.add.Call(context.Background(), n1.stub(t, "x"), 1)
+		_, err := n1.add(context.Background(), n1.stub(t, "x"), 1)
 		require.NoError(t, err)
 		n1.view.LoseReplies(1)
-		got, err := n2.add.Call(context.Background(), n2.stub(t, "x"), 10)
+		got, err := n2.add(context.Background(), n2.stub(t, "x"), 10)
 		require.NoError(t, err)
 		require.Equal(t, 11, got)
 		require.Equal(t, int64(2), n1.runs.Load(), "the request sent again did not run again")
 		sent := n2.calls.log()
 		require.Len(t, sent, 2)
 		require.Equal(t, sent[0], sent[1], "sent again to the same node with the same id")
-		bal, err := n1.get.Call(context.Background(), n1.stub(t, "x"), struct{}{})
+		bal, err := n1.get(context.Background(), n1.stub(t, "x"), struct{}{})
 		require.NoError(t, err)
 		require.Equal(t, 11, bal)
 	})
@@ -283,17 +283,17 @@ func TestMethodCallFollowsMoved(t *testing.T) {
 			frozen = time.Now()
 			o.Now = func() time.Time { return frozen } // its table never ages
 		})
-		_, err := n1.add.Call(context.Background(), n1.stub(t, "x"), 1)
+		_, err := n1.add(context.Background(), n1.stub(t, "x"), 1)
 		require.NoError(t, err)
 		n3.view.CutBeacon(true) // it hears no more: node 1 stays the owner in its table
 		time.Sleep(3 * time.Second)
 		synctest.Wait()
 		require.Zero(t, n1.rt.Stats().Cluster.HeldLeases, "idle: evicted, its lease handed back")
-		_, err = n2.add.Call(context.Background(), n2.stub(t, "x"), 10) // node 2 takes the shard
+		_, err = n2.add(context.Background(), n2.stub(t, "x"), 10) // node 2 takes the shard
 		require.NoError(t, err)
 		require.Equal(t, int64(1), n2.runs.Load())
 
-		got, err := n3.add.Call(context.Background(), n3.stub(t, "x"), 100)
+		got, err := n3.add(context.Background(), n3.stub(t, "x"), 100)
 		require.NoError(t, err)
 		require.Equal(t, 111, got)
 		require.Equal(t, int64(2), n2.runs.Load(), "run once, at the owner")
@@ -315,10 +315,10 @@ func TestMethodCallErrorsAcrossNodes(t *testing.T) {
 		n1 := openRouted(t, c, "n1", func(o *core.Options) { o.MaxQueue = 1 })
 		n2 := openRouted(t, c, "n2")
 		ctx := context.Background()
-		_, err := n1.add.Call(ctx, n1.stub(t, "x"), 1)
+		_, err := n1.add(ctx, n1.stub(t, "x"), 1)
 		require.NoError(t, err)
 
-		_, err = n2.fail.Call(ctx, n2.stub(t, "x"), "insufficient funds")
+		_, err = n2.fail(ctx, n2.stub(t, "x"), "insufficient funds")
 		var re *core.RemoteError
 		require.ErrorAs(t, err, &re)
 		require.Contains(t, re.Error(), "insufficient funds")
@@ -328,11 +328,11 @@ func TestMethodCallErrorsAcrossNodes(t *testing.T) {
 		// A full queue: one turn runs (blocked), one waits; the third is refused.
 		done := make(chan error, 2)
 		for range 2 {
-			go func() { _, err := n1.block.Call(ctx, n1.stub(t, "x"), struct{}{}); done <- err }()
+			go func() { _, err := n1.block(ctx, n1.stub(t, "x"), struct{}{}); done <- err }()
 		}
 		synctest.Wait()
 		before := len(n2.calls.log())
-		_, err = n2.add.Call(ctx, n2.stub(t, "x"), 10)
+		_, err = n2.add(ctx, n2.stub(t, "x"), 10)
 		require.ErrorIs(t, err, core.ErrOverloaded)
 		require.True(t, core.IsRetryable(err))
 		require.Len(t, n2.calls.log(), before+1, "overloaded is not sent again")
@@ -343,7 +343,7 @@ func TestMethodCallErrorsAcrossNodes(t *testing.T) {
 		// An append whose outcome is lost: the turn ran, and may be durable; not sent again.
 		runs := n1.runs.Load()
 		n1.view.DropAppends(100)
-		_, err = n2.add.Call(ctx, n2.stub(t, "x"), 100)
+		_, err = n2.add(ctx, n2.stub(t, "x"), 100)
 		require.ErrorIs(t, err, core.ErrCommitUnknown)
 		require.False(t, core.IsRetryable(err))
 		require.Equal(t, runs+1, n1.runs.Load(), "run once, not again")
@@ -363,7 +363,7 @@ func TestMethodCallErrorsAcrossNodes(t *testing.T) {
 		// Node 1 takes y's shard first, then node 2 calls a method node 1 has not defined.
 		_, err = core.Call(ctx, y1, func(ctx context.Context, a *account) (int, error) { return 0, nil })
 		require.NoError(t, err)
-		_, err = m.Call(ctx, s1, 1)
+		_, err = m(ctx, s1, 1)
 		require.ErrorIs(t, err, core.ErrNoMethod)
 	})
 }
@@ -376,17 +376,17 @@ func TestMethodCallABAAcrossNodes(t *testing.T) {
 		n1, n2 := openRouted(t, c, "n1"), openRouted(t, c, "n2")
 		ctx := context.Background()
 		y := otherShard(c, "x")
-		_, err := n1.add.Call(ctx, n1.stub(t, "x"), 7) // x at node 1
+		_, err := n1.add(ctx, n1.stub(t, "x"), 7) // x at node 1
 		require.NoError(t, err)
-		_, err = n2.add.Call(ctx, n2.stub(t, y), 1) // y at node 2
+		_, err = n2.add(ctx, n2.stub(t, y), 1) // y at node 2
 		require.NoError(t, err)
 
-		got, err := n2.ping.Call(ctx, n2.stub(t, "x"), pingArg{Via: y}) // n2 -> x@n1 -> y@n2 -> x@n1
+		got, err := n2.ping(ctx, n2.stub(t, "x"), pingArg{Via: y}) // n2 -> x@n1 -> y@n2 -> x@n1
 		require.NoError(t, err)
 		require.Equal(t, 7, got)
 
 		start := time.Now()
-		_, err = n2.ping.Call(ctx, n2.stub(t, "x"), pingArg{Via: y, Blocked: true})
+		_, err = n2.ping(ctx, n2.stub(t, "x"), pingArg{Via: y, Blocked: true})
 		require.ErrorIs(t, err, core.ErrObjectReset, "x's BlockConcurrencyWhile failed, as on one node")
 		require.ErrorIs(t, n1.blocked, core.ErrDeadlock, "because y's call back to x was refused")
 		var re *core.RemoteError
@@ -396,38 +396,38 @@ func TestMethodCallABAAcrossNodes(t *testing.T) {
 }
 
 // S-CL14: a node cut off from the owner: the call fails with ErrUnreachable, retryable, after
-// RouteOptions.Attempts, bounded in time; joined back, it goes through.
+// Replication.CallAttempts, bounded in time; joined back, it goes through.
 func TestMethodCallCutLink(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := replogtest.NewMemCluster()
 		n1, n2 := openRouted(t, c, "n1"), openRouted(t, c, "n2")
 		ctx := context.Background()
-		_, err := n1.add.Call(ctx, n1.stub(t, "x"), 1)
+		_, err := n1.add(ctx, n1.stub(t, "x"), 1)
 		require.NoError(t, err)
 		n1.view.CutCalls(true)
 		start := time.Now()
-		_, err = n2.add.Call(ctx, n2.stub(t, "x"), 1)
+		_, err = n2.add(ctx, n2.stub(t, "x"), 1)
 		require.ErrorIs(t, err, core.ErrUnreachable)
 		require.True(t, core.IsRetryable(err))
 		require.Contains(t, err.Error(), `"n1"`)
 		require.Less(t, time.Since(start), clusterTTL, "bounded")
 		require.Equal(t, int64(1), n1.runs.Load())
 		n1.view.CutCalls(false)
-		got, err := n2.add.Call(ctx, n2.stub(t, "x"), 1)
+		got, err := n2.add(ctx, n2.stub(t, "x"), 1)
 		require.NoError(t, err)
 		require.Equal(t, 2, got)
 	})
 }
 
 // S-CL17: Stub.ServeHTTP at a node that does not own the object relays the request to the owner and
-// writes its response; a body over RouteOptions.MaxHTTPBody is 413 and is not sent; a WebSocket
+// writes its response; a body over Replication.MaxRelayBody is 413 and is not sent; a WebSocket
 // upgrade is 421; with NoHTTPRelay, 421 as without Calls.
 func TestServeHTTPRelayed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := replogtest.NewMemCluster()
 		n1 := openRouted(t, c, "n1")
-		n2 := openRouted(t, c, "n2", func(o *core.Options) { o.Replication.Route.MaxHTTPBody = 8 })
-		n3 := openRouted(t, c, "n3", func(o *core.Options) { o.Replication.Route.NoHTTPRelay = true })
+		n2 := openRouted(t, c, "n2", func(o *core.Options) { o.Replication.MaxRelayBody = 8 })
+		n3 := openRouted(t, c, "n3", func(o *core.Options) { o.Replication.NoHTTPRelay = true })
 		serve := func(n *routed, r *http.Request) *httptest.ResponseRecorder {
 			w := httptest.NewRecorder()
 			n.stub(t, "x").ServeHTTP(w, r)
