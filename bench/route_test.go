@@ -48,7 +48,9 @@ type latencies struct {
 	ring [1 << 16]atomic.Int64
 }
 
-func (l *latencies) add(d time.Duration) { l.ring[(l.next.Add(1)-1)%int64(len(l.ring))].Store(int64(d)) }
+func (l *latencies) add(d time.Duration) {
+	l.ring[(l.next.Add(1)-1)%int64(len(l.ring))].Store(int64(d))
+}
 
 func (l *latencies) report(b *testing.B) {
 	n := min(l.next.Load(), int64(len(l.ring)))

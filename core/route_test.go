@@ -150,6 +150,7 @@ func openRouted(t *testing.T, c *replogtest.MemCluster, name string, edit ...fun
 	})
 	require.NoError(t, err)
 	n.block, err = core.Define(n.ns, "block", func(ctx context.Context, a *account, _ struct{}) (int, error) {
+		a.runs.Add(1)
 		<-n.gate
 		return 0, nil
 	})
@@ -460,5 +461,28 @@ func TestServeHTTPRelayed(t *testing.T) {
 		w = serve(n2, httptest.NewRequest(http.MethodGet, "/acct/x", nil))
 		require.Equal(t, http.StatusServiceUnavailable, w.Code, "owner unreachable")
 		require.Equal(t, "1", w.Header().Get("Retry-After"))
+	})
+}
+
+// S-CL14: a request sent again while the first is still running (its attempt timed out) joins it:
+// the owner runs it once and both get its reply.
+func TestMethodCallSentAgainWhileRunning(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := replogtest.NewMemCluster()
+		n1 := openRouted(t, c, "n1")
+		n2 := openRouted(t, c, "n2", func(o *core.Options) { o.Replication.CallTimeout = time.Second })
+		ctx := context.Background()
+		_, err := n1.add(ctx, n1.stub(t, "x"), 1)
+		require.NoError(t, err)
+		runs := n1.runs.Load()
+		done := make(chan error, 1)
+		go func() { _, err := n2.block(ctx, n2.stub(t, "x"), struct{}{}); done <- err }()
+		time.Sleep(2 * time.Second) // the first attempt timed out, the second is under way
+		sent := n2.calls.log()
+		require.Len(t, sent, 2, "sent again")
+		require.Equal(t, sent[0], sent[1], "with the same id")
+		close(n1.gate)
+		require.NoError(t, <-done)
+		require.Equal(t, runs+1, n1.runs.Load(), "run once")
 	})
 }
