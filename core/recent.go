@@ -7,7 +7,8 @@ import (
 
 // recentCalls is a node's memory of the calls other nodes sent it, by request id: those under way,
 // and the replies of those that ran, so that a request sent again is answered with the first one's
-// reply instead of running twice. It holds at most max replies, each for at most ttl.
+// reply instead of running twice. It holds at most max replies, of at most recentBytes in all,
+// each for at most ttl.
 type recentCalls struct {
 	max int
 	ttl time.Duration
@@ -16,7 +17,11 @@ type recentCalls struct {
 	mu    sync.Mutex
 	byID  map[string]*recentCall
 	order []*recentCall // by arrival, oldest first: what is forgotten first
+	bytes int           // the replies' bytes held
 }
+
+// recentBytes bounds the replies a node remembers, in bytes: a reply may be megabytes long.
+const recentBytes = 64 << 20
 
 // recentCall is one request: under way until ready is closed, then its reply.
 type recentCall struct {
@@ -24,6 +29,7 @@ type recentCall struct {
 	at    time.Time
 	ready chan struct{}
 	reply []byte // set before ready is closed
+	held  int    // the reply's bytes counted in recentCalls.bytes
 }
 
 func newRecentCalls(max int, ttl time.Duration, now func() time.Time) *recentCalls {
@@ -48,9 +54,10 @@ func (r *recentCalls) begin(id string) (*recentCall, bool) {
 	r.order = append(r.order, c)
 	// Forget the oldest past the bound, and those past their time.
 	drop := 0
-	for drop < len(r.order) && (len(r.order)-drop > r.max || now.Sub(r.order[drop].at) > r.ttl) {
+	for drop < len(r.order) && (len(r.order)-drop > r.max || r.bytes > recentBytes || now.Sub(r.order[drop].at) > r.ttl) {
 		if o := r.order[drop]; r.byID[o.id] == o {
 			delete(r.byID, o.id)
+			r.bytes -= o.held
 		}
 		r.order[drop] = nil
 		drop++
@@ -66,12 +73,18 @@ func (r *recentCalls) begin(id string) (*recentCall, bool) {
 func (r *recentCalls) finish(c *recentCall, reply []byte, ran bool) {
 	c.reply = reply
 	close(c.ready)
-	if ran || c.id == "" {
+	if c.id == "" {
 		return
 	}
 	r.mu.Lock()
-	if r.byID[c.id] == c {
-		delete(r.byID, c.id)
+	defer r.mu.Unlock()
+	if r.byID[c.id] != c {
+		return // forgotten already
 	}
-	r.mu.Unlock()
+	if !ran {
+		delete(r.byID, c.id)
+		return
+	}
+	c.held = len(reply)
+	r.bytes += c.held
 }
