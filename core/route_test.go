@@ -152,7 +152,7 @@ func openRouted(t *testing.T, c *replogtest.MemCluster, name string, edit ...fun
 	n.block, err = core.Define(n.ns, "block", func(ctx context.Context, a *account, _ struct{}) (int, error) {
 		a.runs.Add(1)
 		<-n.gate
-		return 0, nil
+		return 0, a.st.Storage().Put(ctx, "blocked", []byte("1"))
 	})
 	require.NoError(t, err)
 	n.ping, err = core.Define(n.ns, "ping", func(ctx context.Context, a *account, arg pingArg) (int, error) {
@@ -484,5 +484,40 @@ func TestMethodCallSentAgainWhileRunning(t *testing.T) {
 		close(n1.gate)
 		require.NoError(t, <-done)
 		require.Equal(t, runs+1, n1.runs.Load(), "run once")
+	})
+}
+
+// S-CL14: a call fenced at the node that ran it (another node took the object over meanwhile: its
+// commit was refused, nothing of it acknowledged) is sent again, with the same id, to the new
+// owner, which runs it.
+func TestMethodCallFollowsFenced(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := replogtest.NewMemCluster()
+		frozen := time.Now()
+		n1 := openRouted(t, c, "n1", func(o *core.Options) { o.Now = func() time.Time { return frozen } })
+		n2, n3 := openRouted(t, c, "n2"), openRouted(t, c, "n3")
+		close(n2.gate)
+		close(n3.gate)
+		ctx := context.Background()
+		_, err := n1.add(ctx, n1.stub(t, "x"), 1)
+		require.NoError(t, err)
+		done := make(chan error, 1)
+		go func() { _, err := n3.block(ctx, n3.stub(t, "x"), struct{}{}); done <- err }()
+		synctest.Wait() // running at node 1
+		n1.view.CutLeases(true) // node 1 pauses: no renewals, no beats; its clock says its lease holds
+		n1.view.CutBeacon(true)
+		time.Sleep(clusterTTL)
+		got, err := n2.add(ctx, n2.stub(t, "x"), 10) // node 2 takes the object over
+		require.NoError(t, err)
+		require.Equal(t, 11, got)
+
+		close(n1.gate) // node 1 resumes: its commit is fenced
+		require.NoError(t, <-done)
+		require.Equal(t, int64(2), n1.runs.Load(), "node 1 ran add, and the call once: fenced")
+		require.Equal(t, int64(2), n2.runs.Load(), "node 2 ran add, then the call sent again")
+		sent := n3.calls.log()
+		require.Len(t, sent, 2)
+		require.True(t, strings.HasPrefix(sent[0], "n1 ") && strings.HasPrefix(sent[1], "n2 "), "%v", sent)
+		require.Equal(t, sent[0][3:], sent[1][3:], "with the same id")
 	})
 }
