@@ -503,7 +503,7 @@ func TestMethodCallFollowsFenced(t *testing.T) {
 		require.NoError(t, err)
 		done := make(chan error, 1)
 		go func() { _, err := n3.block(ctx, n3.stub(t, "x"), struct{}{}); done <- err }()
-		synctest.Wait() // running at node 1
+		synctest.Wait()         // running at node 1
 		n1.view.CutLeases(true) // node 1 pauses: no renewals, no beats; its clock says its lease holds
 		n1.view.CutBeacon(true)
 		time.Sleep(clusterTTL)
