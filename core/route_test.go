@@ -521,3 +521,20 @@ func TestMethodCallFollowsFenced(t *testing.T) {
 		require.Equal(t, sent[0][3:], sent[1][3:], "with the same id")
 	})
 }
+
+// S-CL11, S-CL13: the call settings are checked at Open, and a method name must be an identifier,
+// defined once per namespace.
+func TestMethodSettingsChecked(t *testing.T) {
+	c := replogtest.NewMemCluster()
+	v := c.Node()
+	_, err := core.Open(core.Options{Replication: &core.Replication{Node: "n1", Log: v.Log(), Leases: v.Leases(),
+		Beacon: v.Beacon(), Calls: v.Calls(), CallAttempts: -1}})
+	require.ErrorContains(t, err, "must not be negative")
+	synctest.Test(t, func(t *testing.T) {
+		n := openRouted(t, c, "n1")
+		_, err := core.Define(n.ns, "add", func(ctx context.Context, a *account, by int) (int, error) { return 0, nil })
+		require.ErrorContains(t, err, "defined already")
+		_, err = core.Define(n.ns, "no spaces", func(ctx context.Context, a *account, by int) (int, error) { return 0, nil })
+		require.ErrorIs(t, err, core.ErrInvalidName)
+	})
+}
