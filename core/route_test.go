@@ -65,6 +65,9 @@ func (a *account) Fetch(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	}
 	w.Header().Set("X-Node", a.node)
 	w.WriteHeader(http.StatusOK)
+	if big, _ := strconv.Atoi(r.URL.Query().Get("pad")); big > 0 {
+		w.Write([]byte(strings.Repeat(" ", big)))
+	}
 	fmt.Fprintf(w, "%d", bal)
 	return nil
 }
@@ -536,5 +539,24 @@ func TestMethodSettingsChecked(t *testing.T) {
 		require.ErrorContains(t, err, "defined already")
 		_, err = core.Define(n.ns, "no spaces", func(ctx context.Context, a *account, by int) (int, error) { return 0, nil })
 		require.ErrorIs(t, err, core.ErrInvalidName)
+	})
+}
+
+// S-CL17: a response too large for the nodes' calls is answered 502 at the relaying node, never
+// cut; one that fits is relayed whole.
+func TestServeHTTPRelayedResponseTooLarge(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := replogtest.NewMemCluster().WithMaxCallBytes(64 << 10)
+		n1, n2 := openRouted(t, c, "n1"), openRouted(t, c, "n2")
+		w := httptest.NewRecorder()
+		n1.stub(t, "x").ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/", strings.NewReader("1")))
+		require.Equal(t, http.StatusOK, w.Code)
+		w = httptest.NewRecorder()
+		n2.stub(t, "x").ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/?pad=10000", nil))
+		require.Equal(t, http.StatusOK, w.Code)
+		require.Equal(t, 10001, w.Body.Len())
+		w = httptest.NewRecorder()
+		n2.stub(t, "x").ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/?pad=100000", nil))
+		require.Equal(t, http.StatusBadGateway, w.Code)
 	})
 }
