@@ -175,6 +175,11 @@ func (s *Stub[T]) call(ctx context.Context, t *turn, code turnCode) error {
 		return s.err("call", err)
 	}
 	defer rt.leave()
+	if rt.router != nil { // cluster mode: a gate kept closed along a call's way, on any node (route.go)
+		if err := waitsForItself(ctx, s.ns.name, s.name); err != nil {
+			return s.err("call", err)
+		}
+	}
 	for {
 		o := s.obj.Load()
 		if o == nil || o.gone.Load() {

@@ -130,11 +130,16 @@ func (m *method[T, A, R]) call(ctx context.Context, s *Stub[T], arg A) (R, error
 
 // local runs the method on this node.
 func (m *method[T, A, R]) local(ctx context.Context, s *Stub[T], arg A) (R, error) {
-	if slices.Contains(chainOf(ctx), s.ns.name+"/"+s.name) {
-		var zero R
-		return zero, s.err("call", fmt.Errorf("%w (%s/%q, across nodes)", ErrDeadlock, s.ns.name, s.name))
-	}
 	return Call(ctx, s, func(ctx context.Context, obj T) (R, error) { return m.fn(ctx, obj, arg) })
+}
+
+// waitsForItself refuses a call made with ctx to the object ns/name if the object's gate is kept
+// closed by a turn waiting, through calls between nodes, for this one.
+func waitsForItself(ctx context.Context, ns, name string) error {
+	if c := chainOf(ctx); len(c) > 0 && slices.Contains(c, ns+"/"+name) {
+		return fmt.Errorf("%w (%s/%q, across nodes)", ErrDeadlock, ns, name)
+	}
+	return nil
 }
 
 // chainKey marks the context of a call sent by another node with the objects whose gates are kept
@@ -206,8 +211,7 @@ func (rc *routedCall) err(err error) error {
 
 // call runs rc here or on its owner, following "moved" answers with the same request id.
 func (ro *router) call(ctx context.Context, rc *routedCall) error {
-	key := rc.ns.name + "/" + rc.name
-	if slices.Contains(rc.chain, key) {
+	if slices.Contains(rc.chain, rc.ns.name+"/"+rc.name) {
 		return rc.err(fmt.Errorf("%w (%s/%q, across nodes)", ErrDeadlock, rc.ns.name, rc.name))
 	}
 	shard := ro.rt.cluster.ShardOf(rc.ns.name, rc.name)

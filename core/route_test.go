@@ -90,9 +90,9 @@ type routed struct {
 }
 
 type pingArg struct {
-	Via     string // the object ping calls, which calls back get on this one
-	Blocked bool   // call it inside BlockConcurrencyWhile
-	Back    bool   // the way back: get on Via
+	Path    []string // the objects the call goes through, each calling the next; the last answers
+	Blocked bool     // the first calls the next inside BlockConcurrencyWhile
+	Closure bool     // the last hop is a core.Call (local), not a method
 }
 
 // recordingCalls records the requests a node sends: to whom, and their ids.
@@ -159,19 +159,26 @@ func openRouted(t *testing.T, c *replogtest.MemCluster, name string, edit ...fun
 	})
 	require.NoError(t, err)
 	n.ping, err = core.Define(n.ns, "ping", func(ctx context.Context, a *account, arg pingArg) (int, error) {
-		via, err := n.ns.Get(arg.Via)
+		if len(arg.Path) == 0 {
+			return a.balance(ctx)
+		}
+		next, err := n.ns.Get(arg.Path[0])
 		if err != nil {
 			return 0, err
 		}
-		if arg.Back {
-			return n.get(ctx, via, struct{}{})
+		rest := pingArg{Path: arg.Path[1:], Closure: arg.Closure}
+		hop := func(ctx context.Context) (int, error) {
+			if len(rest.Path) == 0 && arg.Closure { // the last hop by core.Call: it must be local
+				return core.Call(ctx, next, func(ctx context.Context, b *account) (int, error) { return b.balance(ctx) })
+			}
+			return n.ping(ctx, next, rest)
 		}
 		if !arg.Blocked {
-			return n.ping(ctx, via, pingArg{Via: a.st.Name(), Back: true})
+			return hop(ctx)
 		}
 		var r int
 		err = a.st.BlockConcurrencyWhile(ctx, func(ctx context.Context) error {
-			r, err = n.ping(ctx, via, pingArg{Via: a.st.Name(), Back: true})
+			r, err = hop(ctx)
 			n.blocked = err
 			return err
 		})
@@ -385,16 +392,27 @@ func TestMethodCallABAAcrossNodes(t *testing.T) {
 		_, err = n2.add(ctx, n2.stub(t, y), 1) // y at node 2
 		require.NoError(t, err)
 
-		got, err := n2.ping(ctx, n2.stub(t, "x"), pingArg{Via: y}) // n2 -> x@n1 -> y@n2 -> x@n1
+		got, err := n2.ping(ctx, n2.stub(t, "x"), pingArg{Path: []string{y, "x"}}) // n2 -> x@n1 -> y@n2 -> x@n1
 		require.NoError(t, err)
 		require.Equal(t, 7, got)
 
 		start := time.Now()
-		_, err = n2.ping(ctx, n2.stub(t, "x"), pingArg{Via: y, Blocked: true})
+		_, err = n2.ping(ctx, n2.stub(t, "x"), pingArg{Path: []string{y, "x"}, Blocked: true})
 		require.ErrorIs(t, err, core.ErrObjectReset, "x's BlockConcurrencyWhile failed, as on one node")
 		require.ErrorIs(t, n1.blocked, core.ErrDeadlock, "because y's call back to x was refused")
 		var re *core.RemoteError
 		require.ErrorAs(t, n1.blocked, &re, "from y's code, at node 2")
+		require.Less(t, time.Since(start), time.Second, "at once")
+
+		// x@n1 (gate closed) -> y@n2 -> z@n1 -> core.Call(x) at n1: refused at once too.
+		z := otherShard(c, y)
+		_, err = n1.add(ctx, n1.stub(t, z), 1) // z at node 1
+		require.NoError(t, err)
+		n1.blocked = nil
+		start = time.Now()
+		_, err = n2.ping(ctx, n2.stub(t, "x"), pingArg{Path: []string{y, z, "x"}, Blocked: true, Closure: true})
+		require.ErrorIs(t, err, core.ErrObjectReset)
+		require.ErrorIs(t, n1.blocked, core.ErrDeadlock, "z's core.Call back to x was refused")
 		require.Less(t, time.Since(start), time.Second, "at once")
 	})
 }
