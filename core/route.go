@@ -259,24 +259,24 @@ func (ro *router) call(ctx context.Context, rc *routedCall) error {
 			}
 			continue
 		}
-		var wr wireReply
-		if err := json.Unmarshal(reply, &wr); err != nil {
+		result, hr, we, err := decodeReply(reply)
+		if err != nil {
 			return rc.err(fmt.Errorf("core: a reply from node %q: %w", target, err))
 		}
-		if wr.Err == nil {
+		if we == nil {
 			if rc.http != nil {
-				rc.httpReply = wr.HTTP
+				rc.httpReply = hr
 				return nil
 			}
-			if err := rc.decode(wr.Result); err != nil {
+			if err := rc.decode(result); err != nil {
 				return rc.err(fmt.Errorf("core: the result of %s from node %q: %w", rc.method, target, err))
 			}
 			return nil
 		}
-		err = wr.Err.decode(rc, target)
-		switch wr.Err.Class {
+		err = we.decode(rc, target)
+		switch we.Class {
 		case classMoved:
-			target, last = wr.Err.Holder, err
+			target, last = we.Holder, err
 			continue
 		case classFenced, classClosed:
 			target, last = "", err
@@ -333,7 +333,7 @@ func (ro *router) request(ctx context.Context, rc *routedCall) ([]byte, error) {
 		}
 		w.Arg = arg
 	}
-	b, err := json.Marshal(w)
+	b, err := encodeCall(&w)
 	if err != nil {
 		return nil, rc.err(err)
 	}
@@ -346,8 +346,8 @@ func (ro *router) request(ctx context.Context, rc *routedCall) ([]byte, error) {
 // handle serves a call another node sent: it runs it here, never sending it on. A request sent
 // again while it runs, or after, gets its reply.
 func (ro *router) handle(ctx context.Context, b []byte) []byte {
-	var w wireCall
-	if err := json.Unmarshal(b, &w); err != nil {
+	w, err := decodeCall(b)
+	if err != nil {
 		return replyErr(fmt.Errorf("%w: a call that cannot be read: %w", ErrInvalidArgument, err))
 	}
 	if w.Timeout > 0 {
@@ -364,7 +364,7 @@ func (ro *router) handle(ctx context.Context, b []byte) []byte {
 			return replyErr(ctx.Err())
 		}
 	}
-	reply, ran := ro.run(ctx, &w)
+	reply, ran := ro.run(ctx, w)
 	if max := ro.calls.MaxCallBytes(); len(reply) > max {
 		reply = replyErr(fmt.Errorf("%w: a reply of %d bytes: the nodes carry at most %d", ErrTooLarge, len(reply), max))
 	}
@@ -401,11 +401,9 @@ func (ro *router) run(ctx context.Context, w *wireCall) (reply []byte, ran bool)
 	}
 	if err != nil {
 		we := encodeErr(err)
-		b, _ := json.Marshal(wireReply{Err: we})
-		return b, we.ran()
+		return encodeReply(nil, nil, we), we.ran()
 	}
-	b, _ := json.Marshal(wireReply{Result: result, HTTP: hr})
-	return b, true
+	return encodeReply(result, hr, nil), true
 }
 
 // leaseTTL is the lease time in force.
@@ -416,7 +414,4 @@ func (r *Replication) leaseTTL() time.Duration {
 	return time.Second
 }
 
-func replyErr(err error) []byte {
-	b, _ := json.Marshal(wireReply{Err: encodeErr(err)})
-	return b
-}
+func replyErr(err error) []byte { return encodeReply(nil, nil, encodeErr(err)) }

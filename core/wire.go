@@ -1,6 +1,7 @@
 package core
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,22 +13,87 @@ import (
 
 // wireCall is a call as sent between nodes.
 type wireCall struct {
-	ID      string          `json:"id"`
-	From    string          `json:"from"`
-	NS      string          `json:"ns"`
-	Name    string          `json:"name"`
-	Method  string          `json:"method,omitempty"`
-	Arg     json.RawMessage `json:"arg,omitempty"`
-	Chain   []string        `json:"chain,omitempty"`   // objects whose gates stay closed for the call
-	Timeout int64           `json:"timeout,omitempty"` // what was left of the caller's deadline, in ns
-	HTTP    *wireHTTP       `json:"http,omitempty"`
+	ID      string    `json:"id"`
+	From    string    `json:"from"`
+	NS      string    `json:"ns"`
+	Name    string    `json:"name"`
+	Method  string    `json:"method,omitempty"`
+	Arg     []byte    `json:"-"`                 // after the header (encodeCall)
+	Chain   []string  `json:"chain,omitempty"`   // objects whose gates stay closed for the call
+	Timeout int64     `json:"timeout,omitempty"` // what was left of the caller's deadline, in ns
+	HTTP    *wireHTTP `json:"http,omitempty"`
 }
 
-// wireReply is a call's reply.
-type wireReply struct {
-	Result json.RawMessage `json:"result,omitempty"`
-	Err    *wireErr        `json:"err,omitempty"`
-	HTTP   *wireHTTPReply  `json:"http,omitempty"`
+// A call on the wire is its header (wireCall in JSON, without the argument), a newline, and the
+// argument's JSON as the method encoded it: JSON holds no raw newline, and the argument is not
+// parsed twice. A reply is one byte that says what follows, and it: the result's JSON
+// (replyResult), a wireErr (replyError) or a wireHTTPReply (replyHTTP) in JSON.
+const (
+	replyResult = 'r'
+	replyError  = 'e'
+	replyHTTP   = 'h'
+)
+
+// encodeCall encodes w, with its argument.
+func encodeCall(w *wireCall) ([]byte, error) {
+	h, err := json.Marshal(w)
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, 0, len(h)+1+len(w.Arg))
+	b = append(append(append(b, h...), '\n'), w.Arg...)
+	return b, nil
+}
+
+// decodeCall decodes a call encodeCall encoded.
+func decodeCall(b []byte) (*wireCall, error) {
+	i := bytes.IndexByte(b, '\n')
+	if i < 0 {
+		return nil, errors.New("core: a call without its header's end")
+	}
+	w := &wireCall{}
+	if err := json.Unmarshal(b[:i], w); err != nil {
+		return nil, err
+	}
+	w.Arg = b[i+1:]
+	return w, nil
+}
+
+// encodeReply encodes a reply: an error if we is set, else a relayed response if hr is, else a
+// result.
+func encodeReply(result []byte, hr *wireHTTPReply, we *wireErr) []byte {
+	var v any
+	kind := byte(replyResult)
+	switch {
+	case we != nil:
+		kind, v = replyError, we
+	case hr != nil:
+		kind, v = replyHTTP, hr
+	default:
+		return append([]byte{replyResult}, result...)
+	}
+	b, _ := json.Marshal(v) // of plain fields: cannot fail
+	return append([]byte{kind}, b...)
+}
+
+// decodeReply decodes a reply encodeReply encoded: one of result, hr and we.
+func decodeReply(b []byte) (result []byte, hr *wireHTTPReply, we *wireErr, err error) {
+	if len(b) == 0 {
+		return nil, nil, nil, errors.New("core: an empty reply")
+	}
+	switch b[0] {
+	case replyResult:
+		return b[1:], nil, nil, nil
+	case replyHTTP:
+		hr = &wireHTTPReply{}
+		err = json.Unmarshal(b[1:], hr)
+		return nil, hr, nil, err
+	case replyError:
+		we = &wireErr{}
+		err = json.Unmarshal(b[1:], we)
+		return nil, nil, we, err
+	}
+	return nil, nil, nil, fmt.Errorf("core: a reply of unknown kind %q", b[0])
 }
 
 // wireErr is an error sent back: its class, which names the sentinel it matches on the caller, and
