@@ -112,7 +112,9 @@
 // follows with the same id; the node that ran it remembers the id and the reply for a while, so a
 // request sent again after a lost reply is answered and not run twice. ErrOverloaded and
 // ErrCommitUnknown come back as they are; moved, ErrFenced and a lost reply are followed within
-// Replication.CallAttempts, then ErrUnreachable. Errors keep their sentinels across the hop, and an
+// Replication.CallAttempts, then ErrUnreachable (delivered to no owner: it ran nowhere). A request
+// delivered and not answered is sent again to that node alone; if it cannot be asked again, the
+// call fails with ErrCommitUnknown: it may have run. Errors keep their sentinels across the hop, and an
 // object's own error is a *RemoteError with its message. A method called from a turn opens the
 // caller's gate while it waits, so A -> B -> A completes across nodes; a call that would wait for a
 // gate kept closed along its way (BlockConcurrencyWhile) fails with ErrDeadlock. Stub.ServeHTTP

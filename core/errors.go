@@ -107,10 +107,11 @@ var (
 	// durable. Nothing was acknowledged; the next activation reads the log to learn which.
 	ErrCommitUnknown = replica.ErrCommitUnknown
 	// ErrUnreachable is returned, in cluster mode with Replication.Calls, by a Method's call (or a
-	// relayed HTTP request) that could not reach the node owning the object within
-	// Replication.CallAttempts: the link is cut, the node is gone, or no reply came. Retryable; if a
-	// request reached the owner before its reply was lost the method may have run there (its
-	// retries with the same request id did not run it again).
+	// relayed HTTP request) that could not be delivered to the node owning the object within
+	// Replication.CallAttempts: the link is cut, or the node is gone. The call did not run anywhere;
+	// it is retryable. A call that was delivered but not answered may have run: it is sent again to
+	// that node alone, with the same request id (which runs it at most once), and if that node
+	// cannot be asked again the call fails with ErrCommitUnknown instead, which is not retryable.
 	ErrUnreachable = errors.New("core: the object's node cannot be reached")
 	// ErrNoMethod is returned by a Method's call sent to a node that has not defined the method
 	// (Define) for the namespace, or has not registered the namespace.

@@ -218,9 +218,16 @@ func (ro *router) call(ctx context.Context, rc *routedCall) error {
 	target, _ := ro.rt.cluster.Owner(shard)
 	var req []byte
 	var last error
+	// ran is the node that may have run the call: one that was sent it and did not answer. The call
+	// goes nowhere else from then on (another node would run it a second time), only to that node
+	// again, with the same id, which answers it from its memory if it ran it.
+	var ran string
 	for attempt := range ro.opts.attempts {
 		if attempt > 0 && target == "" {
 			target, _ = ro.rt.cluster.Owner(shard)
+		}
+		if ran != "" && target != ran {
+			return rc.err(fmt.Errorf("%w: node %q did not answer, and may have run the call: %v", ErrCommitUnknown, ran, last))
 		}
 		if target == "" || target == ro.node {
 			err := rc.local(ctx)
@@ -250,10 +257,19 @@ func (ro *router) call(ctx context.Context, rc *routedCall) error {
 				return rc.err(fmt.Errorf("%w: %w", ErrTooLarge, err))
 			}
 			last = rc.err(fmt.Errorf("%w: node %q: %w", ErrUnreachable, target, err))
+			if errors.Is(err, replog.ErrNoReply) {
+				ran = target
+			}
+			if ran != "" && (ctx.Err() != nil || !errors.Is(err, replog.ErrNoReply)) {
+				// It cannot be asked again: what it did is unknown.
+				return rc.err(fmt.Errorf("%w: node %q did not answer, and may have run the call: %v", ErrCommitUnknown, ran, err))
+			}
 			if ctx.Err() != nil {
 				return last
 			}
-			target = ""
+			if ran == "" {
+				target = ""
+			}
 			if err := ro.backoff(ctx); err != nil {
 				return last
 			}
@@ -274,6 +290,7 @@ func (ro *router) call(ctx context.Context, rc *routedCall) error {
 			return nil
 		}
 		err = we.decode(rc, target)
+		ran = "" // it answered: it did not run the call, or its answer is this one
 		switch we.Class {
 		case classMoved:
 			target, last = we.Holder, err
@@ -286,6 +303,9 @@ func (ro *router) call(ctx context.Context, rc *routedCall) error {
 			continue
 		}
 		return err
+	}
+	if ran != "" {
+		return rc.err(fmt.Errorf("%w: node %q did not answer, and may have run the call: %v", ErrCommitUnknown, ran, last))
 	}
 	return last
 }

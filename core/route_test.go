@@ -98,8 +98,9 @@ type pingArg struct {
 // recordingCalls records the requests a node sends: to whom, and their ids.
 type recordingCalls struct {
 	replog.Calls
-	mu   sync.Mutex
-	sent []string // "node id"
+	mu    sync.Mutex
+	sent  []string        // "node id"
+	after func(err error) // if set, told each Send's error
 }
 
 func (r *recordingCalls) Send(ctx context.Context, node string, req []byte) ([]byte, error) {
@@ -108,7 +109,11 @@ func (r *recordingCalls) Send(ctx context.Context, node string, req []byte) ([]b
 	r.mu.Lock()
 	r.sent = append(r.sent, node+" "+string(id))
 	r.mu.Unlock()
-	return r.Calls.Send(ctx, node, req)
+	reply, err := r.Calls.Send(ctx, node, req)
+	if r.after != nil {
+		r.after(err)
+	}
+	return reply, err
 }
 
 func (r *recordingCalls) log() []string {
@@ -278,6 +283,32 @@ func TestMethodCallReplyLostNotRunTwice(t *testing.T) {
 		bal, err := n1.get(context.Background(), n1.stub(t, "x"), struct{}{})
 		require.NoError(t, err)
 		require.Equal(t, 11, bal)
+	})
+}
+
+// S-CL14: a call sent to a node that did not answer may have run there: it is sent again to that node
+// alone, and when that node cannot be reached any more the call fails with ErrCommitUnknown, not
+// retryable, rather than ErrUnreachable, which would invite running it a second time.
+func TestMethodCallNoReplyThenUnreachableIsUnknown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := replogtest.NewMemCluster()
+		n1, n2 := openRouted(t, c, "n1"), openRouted(t, c, "n2")
+		_, err := n1.add(context.Background(), n1.stub(t, "x"), 1)
+		require.NoError(t, err)
+		n1.view.LoseReplies(1)
+		n2.calls.after = func(err error) {
+			if errors.Is(err, replog.ErrNoReply) {
+				n1.view.CutCalls(true) // it ran the call, then could not be reached
+			}
+		}
+		_, err = n2.add(context.Background(), n2.stub(t, "x"), 10)
+		require.ErrorIs(t, err, core.ErrCommitUnknown)
+		require.NotErrorIs(t, err, core.ErrUnreachable)
+		require.False(t, core.IsRetryable(err))
+		require.Equal(t, int64(2), n1.runs.Load(), "it ran once, at n1")
+		for _, s := range n2.calls.log() {
+			require.True(t, strings.HasPrefix(s, "n1 "), "sent to n1 only: %v", n2.calls.log())
+		}
 	})
 }
 
