@@ -51,6 +51,9 @@ type Replication struct {
 // ClusterStats are cluster mode's counters over the runtime's life, in Stats (zero without
 // Options.Replication).
 type ClusterStats struct {
+	Node   string // this node's Replication.Node
+	Shards int    // the number of shards (Replication.Log's)
+
 	Commits     int64 // commits shipped to the log
 	Records     int64 // records they took (a commit over replog.MaxRecordBytes takes several)
 	RecordBytes int64 // their size, as appended
@@ -100,7 +103,7 @@ func (rt *Runtime) clusterStats() ClusterStats {
 	for _, m := range rt.cluster.Members() {
 		nodes = append(nodes, ClusterMember{Name: m.Name, Address: m.Addr, Alive: m.Alive, Ready: m.Ready, Draining: m.Draining, Shards: m.Shards})
 	}
-	return ClusterStats{Commits: s.Commits, Records: s.Records, RecordBytes: s.RecordBytes, PageBytes: s.PageBytes,
+	return ClusterStats{Node: rt.opts.Replication.Node, Shards: rt.opts.Replication.Log.Shards(), Commits: s.Commits, Records: s.Records, RecordBytes: s.RecordBytes, PageBytes: s.PageBytes,
 		Snapshots: s.Snapshots, HeldLeases: s.HeldLeases, WatchedLeases: s.WatchedLeases, Members: s.Members,
 		Ready: rt.cluster.Ready(), Owners: owners, Nodes: nodes}
 }
