@@ -188,3 +188,9 @@ func (w *watchedWriter) wait(t *testing.T, want string) {
 		}
 	}
 }
+
+func (w *watchedWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
