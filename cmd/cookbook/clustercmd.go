@@ -236,14 +236,21 @@ func readyz(ctx context.Context, client *http.Client, addr string) bool {
 
 func (c *clusterRun) printTry() {
 	n1, n2 := c.nodes[0], c.nodes[1]
-	c.out.printf(`cluster: try
-  curl -s "http://%[1]s/session/touch?id=s1&key=user&value=ada"   # %[3]s owns s1's shard now
-  curl -s "http://%[2]s/session/get?id=s1&key=user"               # 421, naming %[3]s and its address
-  curl -s "http://%[2]s/api/cluster"                              # the members, and which node owns each shard
-  kill -KILL %[4]d                                                  # %[3]s dies; within seconds another node serves s1
-  open http://%[2]s/ to watch the shards move (the page's cluster panel)
-Ctrl-C stops every node.
-`, n1.http, n2.http, n1.name, n1.cmd.Process.Pid)
+	lines := [][2]string{
+		{fmt.Sprintf(`curl -s "http://%s/session/touch?id=s1&key=user&value=ada"`, n1.http), n1.name + " owns s1's shard now"},
+		{fmt.Sprintf(`curl -si "http://%s/session/get?id=s1&key=user"`, n2.http), "421, naming " + n1.name + " and its address"},
+		{fmt.Sprintf(`curl -s "http://%s/api/cluster"`, n2.http), "the members, and which node owns each shard"},
+		{fmt.Sprintf("kill -KILL %d", n1.cmd.Process.Pid), n1.name + " dies; within seconds another node serves s1"},
+	}
+	width := 0
+	for _, l := range lines {
+		width = max(width, len(l[0]))
+	}
+	var b strings.Builder
+	for _, l := range lines {
+		fmt.Fprintf(&b, "  %-*s   # %s\n", width, l[0], l[1])
+	}
+	c.out.printf("cluster: try\n%s  open http://%s/ to watch the shards move (the page's cluster panel)\nCtrl-C stops every node.\n", b.String(), n2.http)
 }
 
 // allExited returns a channel closed once every node has exited.
