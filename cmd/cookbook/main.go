@@ -50,7 +50,11 @@ func main() {
 		if errors.As(err, &ue) {
 			os.Exit(2) // the flag's error and the usage are printed
 		}
-		fmt.Fprintln(os.Stderr, "cookbook:", err)
+		msg := err.Error()
+		if !strings.HasPrefix(msg, "cookbook: ") { // most say so already
+			msg = "cookbook: " + msg
+		}
+		fmt.Fprintln(os.Stderr, msg)
 		os.Exit(1)
 	}
 }
