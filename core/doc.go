@@ -90,15 +90,16 @@
 // appended after SQLite's COMMIT and before any result leaves, expecting the log's last sequence,
 // so an append another writer beat is refused. Objects fall into a fixed number of shards; one node
 // serves a shard's objects under the shard's lease, renewed every quarter LeaseTTL (default 1 s).
-// Another node's call fails at once with ErrNotOwner (a *NotOwnerError naming the holder, from the
-// node's table of who beats and holds what) until it has seen the lease unrenewed for LeaseTTL;
+// Another node's call fails at once with ErrNotOwner (a *NotOwnerError naming the holder and the
+// address it advertises, Replication.Advertise, from the node's table of who beats and holds what;
+// Stub.ServeHTTP answers 421 with the headers Durable-Owner and Durable-Owner-Address) until it has seen the lease unrenewed for LeaseTTL;
 // then it takes over, replays the object's log and appends an epoch record fencing the old owner
 // (ErrFenced at its next commit). A dead node's shards are taken over by the survivors without
 // waiting for a call. A turn whose lease cannot be proven valid is refused (ErrLeaseUnproven); an
 // append whose outcome stays unknown fails with ErrCommitUnknown. Local files are a cache, rebuilt
 // from the latest snapshot and the records after it; the eviction of a shard's last object, and
 // Shutdown, which drains first, hand its lease back. Stats().Cluster says whether the node is
-// ready. Facets, Restore and Quarantine are refused (ErrClusterMode). An alarm runs on the
+// ready, and lists the members (Nodes) and which shard each live one holds (Owners). Facets, Restore and Quarantine are refused (ErrClusterMode). An alarm runs on the
 // object's owner; a dead owner's alarm fires when another node next activates the object.
 //
 // # Calls from any node

@@ -151,14 +151,19 @@ func (e *DamagedError) Error() string {
 // Is makes errors.Is(err, ErrDamaged) true.
 func (e *DamagedError) Is(target error) bool { return target == ErrDamaged }
 
-// NotOwnerError is the cause of an ErrNotOwner: the object's lease key and the node that holds it.
+// NotOwnerError is the cause of an ErrNotOwner: the object's lease key, the node that holds it and
+// where that node's callers reach it.
 type NotOwnerError struct {
-	Key    string    // the object's lease key ("namespace/name")
-	Holder string    // the holding node's Options.Replication.Node
-	Until  time.Time // by this node's clock, the earliest time it may take the object over if unrenewed
+	Key     string    // the object's lease key ("namespace/name")
+	Holder  string    // the holding node's Options.Replication.Node
+	Address string    // the holder's Replication.Advertise, as its beats say; "" if unknown
+	Until   time.Time // by this node's clock, the earliest time it may take the object over if unrenewed
 }
 
 func (e *NotOwnerError) Error() string {
+	if e.Address != "" {
+		return fmt.Sprintf("core: %s is owned by node %q at %s", e.Key, e.Holder, e.Address)
+	}
 	return fmt.Sprintf("core: %s is owned by node %q", e.Key, e.Holder)
 }
 

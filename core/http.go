@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"net"
 	"net/http"
@@ -19,10 +20,19 @@ type Fetcher interface {
 	Fetch(ctx context.Context, w http.ResponseWriter, r *http.Request) error
 }
 
+// The headers of a 421 (Misdirected Request) answered in cluster mode for an object another node
+// owns: the owner's Replication.Node and, if it advertises one, its Replication.Advertise.
+const (
+	OwnerHeader        = "Durable-Owner"
+	OwnerAddressHeader = "Durable-Owner-Address"
+)
+
 // ServeHTTP routes an HTTP request to the object, so a Stub is an http.Handler: it runs Fetch as a
 // turn queued behind the calls and events before it. An object that is not a Fetcher answers 501; a
 // full queue answers 503 with Retry-After, a closed runtime 503. In cluster mode, an object another
-// node owns (or took over during the turn) answers 421, one whose lease cannot be proven 503.
+// node owns (or took over during the turn) answers 421, one whose lease cannot be proven 503. A 421
+// for an object whose owner is known names the owner node and its advertised address in the
+// headers Durable-Owner and Durable-Owner-Address and in its body.
 func (s *Stub[T]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var zero T
 	if _, ok := any(zero).(Fetcher); !ok {
@@ -120,6 +130,11 @@ func (g *gatedResponse) finish(err error, ns *namespace) {
 		code = http.StatusServiceUnavailable
 	case errors.Is(err, ErrNotOwner), errors.Is(err, ErrFenced): // cluster mode: another node serves the object
 		code = http.StatusMisdirectedRequest
+		if noe := (*NotOwnerError)(nil); errors.As(err, &noe) && noe.Holder != "" {
+			SetOwnerHeaders(g.w.Header(), noe)
+			http.Error(g.w, fmt.Sprintf("%s: %v", http.StatusText(code), noe), code)
+			return
+		}
 	case errors.Is(err, ErrLeaseUnproven):
 		code = http.StatusServiceUnavailable
 		g.w.Header().Set("Retry-After", "1")
@@ -127,4 +142,14 @@ func (g *gatedResponse) finish(err error, ns *namespace) {
 		ns.rt.log.Error("fetch failed", "event", "fetch_failed", "namespace", ns.name, "error", err)
 	}
 	http.Error(g.w, http.StatusText(code), code)
+}
+
+// SetOwnerHeaders sets, on the headers of a 421, Durable-Owner to the node that owns the object and
+// Durable-Owner-Address to its advertised address, if known: where the client should send the
+// request.
+func SetOwnerHeaders(h http.Header, e *NotOwnerError) {
+	h.Set(OwnerHeader, e.Holder)
+	if e.Address != "" {
+		h.Set(OwnerAddressHeader, e.Address)
+	}
 }

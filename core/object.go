@@ -175,7 +175,7 @@ func (o *object) refused(err error) error {
 func (o *object) claim() error {
 	err := o.repl.Claim(o)
 	if no := (*replica.NotOwner)(nil); errors.As(err, &no) {
-		return &NotOwnerError{Key: no.Key, Holder: no.Holder, Until: no.Until}
+		return &NotOwnerError{Key: no.Key, Holder: no.Holder, Address: o.rt.cluster.AddrOf(no.Holder), Until: no.Until}
 	}
 	if errors.Is(err, ErrFenced) {
 		return o.fail(err)

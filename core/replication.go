@@ -20,6 +20,11 @@ type Replication struct {
 	// Node names this node among the cluster's (required, unique). It is the lease holder's name.
 	Node string
 
+	// Advertise is where this node's callers reach it, such as the base URL of its HTTP server
+	// (http://10.0.0.2:8787); optional. Its beats carry it, so that every node can name it in a
+	// refusal (NotOwnerError.Address, the 421 of Stub.ServeHTTP) and in Stats' Cluster.Nodes.
+	Advertise string
+
 	// Log keeps each object's commit records.
 	Log replog.Log
 
@@ -78,6 +83,9 @@ type Replication struct {
 // ClusterStats are cluster mode's counters over the runtime's life, in Stats (zero without
 // Options.Replication).
 type ClusterStats struct {
+	Node   string // this node's Replication.Node
+	Shards int    // the number of shards (Replication.Log's)
+
 	Commits     int64 // commits shipped to the log
 	Records     int64 // records they took (a commit over replog.MaxRecordBytes takes several)
 	RecordBytes int64 // their size, as appended
@@ -98,6 +106,19 @@ type ClusterStats struct {
 	Ready error
 	// Owners is this node's table: each shard held by a live node, and that node's name.
 	Owners map[int]string
+	// Nodes are the members this node has heard beat, itself included, by name: a node that
+	// stopped beating stays, not alive and holding nothing, until it says it closed.
+	Nodes []ClusterMember
+}
+
+// ClusterMember is a node of the cluster as this node's table has it, from its beats.
+type ClusterMember struct {
+	Name     string // its Replication.Node
+	Address  string // its Replication.Advertise ("" if it advertises none)
+	Alive    bool   // it beat within the last three quarters of LeaseTTL
+	Ready    bool   // it is alive and says it can serve (see ClusterStats.Ready)
+	Draining bool   // it is alive and hands its shards over, taking none
+	Shards   []int  // the shards it holds, if alive, in order
 }
 
 // clusterStats reads cluster mode's counters.
@@ -110,9 +131,13 @@ func (rt *Runtime) clusterStats() ClusterStats {
 	for _, o := range rt.cluster.Table() {
 		owners[o.Shard] = o.Node
 	}
-	return ClusterStats{Commits: s.Commits, Records: s.Records, RecordBytes: s.RecordBytes, PageBytes: s.PageBytes,
+	var nodes []ClusterMember
+	for _, m := range rt.cluster.Members() {
+		nodes = append(nodes, ClusterMember{Name: m.Name, Address: m.Addr, Alive: m.Alive, Ready: m.Ready, Draining: m.Draining, Shards: m.Shards})
+	}
+	return ClusterStats{Node: rt.opts.Replication.Node, Shards: rt.opts.Replication.Log.Shards(), Commits: s.Commits, Records: s.Records, RecordBytes: s.RecordBytes, PageBytes: s.PageBytes,
 		Snapshots: s.Snapshots, HeldLeases: s.HeldLeases, WatchedLeases: s.WatchedLeases, Members: s.Members,
-		Ready: rt.cluster.Ready(), Owners: owners}
+		Ready: rt.cluster.Ready(), Owners: owners, Nodes: nodes}
 }
 
 // validate checks the options of cluster mode at Open.
@@ -144,7 +169,7 @@ func (rt *Runtime) openReplication() error {
 	if r == nil {
 		return nil
 	}
-	cfg := replica.Config{Node: r.Node, Log: r.Log, Leases: r.Leases, Beacon: r.Beacon, LeaseTTL: r.LeaseTTL,
+	cfg := replica.Config{Node: r.Node, Advertise: r.Advertise, Log: r.Log, Leases: r.Leases, Beacon: r.Beacon, LeaseTTL: r.LeaseTTL,
 		SnapshotEvery: r.SnapshotEvery, Now: rt.now, Logger: rt.log}
 	orDefault(&cfg.LeaseTTL, time.Second)
 	orDefault(&cfg.SnapshotEvery, 1000)

@@ -111,6 +111,7 @@ func (a *app) handler() http.Handler {
 	add("GET", "/inspect/objects", "any namespace's objects from the catalog, a page at a time (?ns=&after=&limit=20)", a.inspectObjects)
 	add("GET", "/inspect/object", "one object: tables, alarm, timers with retry state, dead letters, WebSockets (?ns=&name=)", a.inspectObject)
 	add("GET", "/inspect/sql", "a read-only SQL query in the object's turn; writes are refused (?ns=&name=&q=&limit=100)", a.inspectSQL)
+	add("GET", "/api/cluster", "cluster mode: the members (name, address, alive, ready, draining, shards held) and each shard's owner, as this node knows them", a.cluster)
 	add("GET", "/routes", "this list", func(*http.Request) (any, error) { return map[string]any{"routes": rt.list()}, nil })
 	h := withLimits(a.log, rt)
 	mux := http.NewServeMux()

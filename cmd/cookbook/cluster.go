@@ -29,8 +29,10 @@ type clusterFlags struct {
 	replicas    int
 	shards      int
 	leaseTTL    time.Duration
+	advertise   string
 
-	running *cluster.Node // the embedded node, once started
+	listening string        // the HTTP server's address, for -advertise's default
+	running   *cluster.Node // the embedded node, once started
 }
 
 func (c *clusterFlags) register(fs *flag.FlagSet) {
@@ -43,6 +45,7 @@ func (c *clusterFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.replicas, "replicas", 0, "cluster mode: replicas of each object's log (default 3, or 1 for a cluster of one node)")
 	fs.IntVar(&c.shards, "shards", 16, "cluster mode: streams the objects' logs are spread over; the same on every node, for the life of the data")
 	fs.DurationVar(&c.leaseTTL, "lease", time.Second, "cluster mode: how long a shard's lease lasts unrenewed (failover takes about this long)")
+	fs.StringVar(&c.advertise, "advertise", "", "cluster mode: where this node's HTTP server is reached, named in the other nodes' 421s (default http:// and the address it listens on)")
 }
 
 // drainGrace bounds the hand-over of the embedded node's raft leaderships
@@ -112,7 +115,11 @@ func (c *clusterFlags) start(ctx context.Context, dataDir string, log *slog.Logg
 		stop()
 		return nil, nil, fmt.Errorf("cookbook: cluster mode: %w", err)
 	}
-	return &core.Replication{Node: c.node, Log: eng, Leases: eng, Beacon: eng, LeaseTTL: c.leaseTTL}, func() { nc.Close(); stop() }, nil
+	advertise := c.advertise
+	if advertise == "" && c.listening != "" {
+		advertise = "http://" + c.listening
+	}
+	return &core.Replication{Node: c.node, Advertise: advertise, Log: eng, Leases: eng, Beacon: eng, LeaseTTL: c.leaseTTL}, func() { nc.Close(); stop() }, nil
 }
 
 // explain adds to the error of a shutdown that gave up why it did, when

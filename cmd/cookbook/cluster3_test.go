@@ -57,7 +57,7 @@ func TestServe_ClusterModeThreeNodes(t *testing.T) {
 		}
 	}
 	for name, s := range nodes {
-		if !strings.Contains(s.out.String(), "cluster mode: node "+name+";") {
+		if !strings.Contains(s.out.String(), "cluster mode: node "+name+", serving at http://"+s.addr+";") {
 			t.Fatalf("%s's banner does not say it is a node:\n%s", name, s.out.String())
 		}
 	}
@@ -187,4 +187,10 @@ func (w *watchedWriter) wait(t *testing.T, want string) {
 			t.Fatalf("%q was not written; got:\n%s", want, s)
 		}
 	}
+}
+
+func (w *watchedWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
 }

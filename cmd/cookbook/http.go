@@ -150,11 +150,9 @@ func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	v, err := ro.fn(r)
 	if err != nil {
-		status, msg := errorStatus(err)
-		if status == http.StatusInternalServerError {
+		if status := writeError(w, err); status == http.StatusInternalServerError {
 			rt.log.Error("request failed", "event", "request_failed", "method", r.Method, "path", r.URL.Path, "error", err)
 		}
-		writeJSON(w, status, errorBody{Error: msg})
 		return
 	}
 	writeJSON(w, http.StatusOK, v)
@@ -182,8 +180,26 @@ func (rt *router) list() []map[string]string {
 	return out
 }
 
+// errorBody is an error's JSON answer. In cluster mode, a call for an
+// object another node owns (421) names that node and where it serves.
 type errorBody struct {
-	Error string `json:"error"`
+	Error        string `json:"error"`
+	Owner        string `json:"owner,omitempty"`
+	OwnerAddress string `json:"ownerAddress,omitempty"`
+}
+
+// writeError answers err in JSON, with its status (errorStatus), and
+// returns the status. A refusal naming the object's owner (421) names it
+// in the body and in the headers Durable-Owner and Durable-Owner-Address.
+func writeError(w http.ResponseWriter, err error) int {
+	status, msg := errorStatus(err)
+	body := errorBody{Error: msg}
+	if noe := (*core.NotOwnerError)(nil); errors.As(err, &noe) && noe.Holder != "" {
+		core.SetOwnerHeaders(w.Header(), noe)
+		body.Owner, body.OwnerAddress = noe.Holder, noe.Address
+	}
+	writeJSON(w, status, body)
+	return status
 }
 
 // headWriter answers HEAD: the status and headers of GET, no body.

@@ -10,7 +10,16 @@
 //
 //	go run ./cmd/cookbook [serve] [-addr 127.0.0.1:8787] [-data DIR] [-fast]
 //	go run ./cmd/cookbook serve -node NAME [-routes URLS | -nats URLS] [...]   (cluster mode; serve -h lists every flag)
+//	go run ./cmd/cookbook cluster [-nodes 3] [-data DIR]   (three node processes on 127.0.0.1)
 //	go run ./cmd/cookbook tour [-scale 20]
+//
+// cluster starts a cluster on this machine: each node a process of its own
+// (this program's serve -node), on free ports of 127.0.0.1, in a directory
+// it names. It prints each node's page, PID and data directory, forwards
+// their logs prefixed with their names, says when all are ready, and
+// restarts nothing: a node that exits (kill -KILL its PID) is reported with
+// the command that starts it again. On SIGINT or SIGTERM it stops its
+// nodes (SIGTERM, then SIGKILL after a grace) and waits for them.
 //
 // serve stops on SIGINT or SIGTERM: it stops accepting requests, lets those
 // in flight finish, then shuts the runtime down (Runtime.Shutdown; 10 s of
@@ -41,7 +50,11 @@ func main() {
 		if errors.As(err, &ue) {
 			os.Exit(2) // the flag's error and the usage are printed
 		}
-		fmt.Fprintln(os.Stderr, "cookbook:", err)
+		msg := err.Error()
+		if !strings.HasPrefix(msg, "cookbook: ") { // most say so already
+			msg = "cookbook: " + msg
+		}
+		fmt.Fprintln(os.Stderr, msg)
 		os.Exit(1)
 	}
 }
@@ -62,6 +75,8 @@ func runTo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return serve(ctx, args, stdout, stderr, nil)
 	case "tour":
 		return tourCommand(ctx, args, stdout, stderr)
+	case "cluster":
+		return clusterCommand(ctx, args, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -74,6 +89,8 @@ const usage = `usage:
   cookbook [serve] [-addr 127.0.0.1:8787] [-data DIR] [-fast]   the workshop server (default)
   cookbook serve -node NAME [-routes URLS | -nats URLS] ...     the same as one node of a cluster (JetStream);
                                                                 cookbook serve -h lists every flag
+  cookbook cluster [-nodes 3] [-data DIR]                       a cluster on this machine: one serve -node process per node,
+                                                                on free ports; Ctrl-C stops them all
   cookbook tour [-scale 20]                                     every experiment of the original hands-on sessions, in-process
   cookbook help                                                 this text
 `

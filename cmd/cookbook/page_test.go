@@ -9,6 +9,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -23,6 +24,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/durable-go/durable/core"
+	"github.com/durable-go/durable/replog/replogtest"
 )
 
 // findBrowser returns the browser to drive, or fails the test: with the
@@ -213,6 +215,34 @@ func TestPage_InChromium(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot: %s", path)
+}
+
+// In cluster mode the page's cluster panel shows the members and each
+// shard's owner, live: a node that falls silent is shown dead, and its
+// shard moves to the other node. // S-CL12
+func TestPage_ClusterPanel(t *testing.T) {
+	c := replogtest.NewMemCluster()
+	view1, h1 := clusterApp(t, c, "n1", "http://10.0.0.1:8787")
+	_, h2 := clusterApp(t, c, "n2", "http://10.0.0.2:8787")
+	get(t, h1, "/session/touch?id=s1&key=user&value=ada", nil)
+	srv := httptest.NewServer(h2) // n2's page
+	t.Cleanup(srv.Close)
+
+	tab := browser(t)
+	held := `[...document.querySelectorAll("#shard-grid .shard")].filter(d => d.dataset.owner === %q).length`
+	runStep(t, tab, "n2's page shows n1 ready, holding the session's shard",
+		chromedp.Navigate(srv.URL+"/"),
+		until(`!document.querySelector("#cluster").hidden && document.querySelector("#cluster-self").textContent === "n2"`),
+		until(`document.querySelector('#cluster-members tr[data-node="n1"]').dataset.state === "ready"`),
+		until(fmt.Sprintf(held, "n1")+" === 1"),
+		until(`document.querySelectorAll("#shard-grid .shard").length === 16`))
+	view1.CutBeacon(true) // n1 falls silent, as if killed
+	view1.CutLeases(true)
+	runStep(t, tab, "n2's page shows n1 dead and its shard moved to n2",
+		until(`document.querySelector('#cluster-members tr[data-node="n1"]').dataset.state === "dead (no beat)"`),
+		until(fmt.Sprintf(held, "n1")+" === 0 && "+fmt.Sprintf(held, "n2")+" === 1"))
+	view1.CutBeacon(false)
+	view1.CutLeases(false)
 }
 
 // A room whose history holds a frame the browser cannot take (text that

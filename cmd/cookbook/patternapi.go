@@ -390,8 +390,7 @@ func (a *app) room(w http.ResponseWriter, r *http.Request) {
 	}
 	st, err := core.Call(r.Context(), stub, func(ctx context.Context, rm *room.Room) (room.State, error) { return rm.State() })
 	if err != nil {
-		status, msg := errorStatus(err)
-		writeJSON(w, status, errorBody{Error: msg})
+		writeError(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, st)
@@ -446,5 +445,7 @@ func (j *jsonErrors) finish() {
 	if msg == http.StatusText(j.status) {
 		msg = fmt.Sprintf("WebSocket handshake refused: %s (an upgrade needs Connection: Upgrade, Upgrade: websocket, Sec-WebSocket-Version: 13 and a Sec-WebSocket-Key; a browser's Origin must be the server's)", msg)
 	}
-	writeJSON(j.ResponseWriter, j.status, errorBody{Error: msg})
+	// A 421's headers (set by the Stub) name the owner: so does the body.
+	h := j.Header()
+	writeJSON(j.ResponseWriter, j.status, errorBody{Error: msg, Owner: h.Get(core.OwnerHeader), OwnerAddress: h.Get(core.OwnerAddressHeader)})
 }

@@ -33,6 +33,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, ready f
 	addr := fs.String("addr", "127.0.0.1:8787", "address to listen on")
 	data := fs.String("data", defaultDataDir(), "data directory: the objects' databases, alarms and dead letters")
 	fast := fs.Bool("fast", envBool("COOKBOOK_FAST"), "retry failed alarms after 100 ms, 200 ms, ... 3.2 s instead of 2 s ... 64 s (also COOKBOOK_FAST=1)")
+	banner := fs.Bool("banner", true, "print the page's address and the curl lines to try")
 	var cf clusterFlags
 	cf.register(fs)
 	if err := parseFlags(fs, args, stdout, stderr); err != nil {
@@ -49,6 +50,13 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, ready f
 		return err
 	}
 	defer metrics.Close()
+	// Listen first: in cluster mode the node advertises the address.
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return err
+	}
+	defer ln.Close() // a no-op once the server has served: Shutdown closed it
+	cf.listening = ln.Addr().String()
 	opts := core.Options{Dir: *data, Logger: log, Meter: metrics.provider}
 	if *fast {
 		opts.AlarmRetry = fastRetry
@@ -69,19 +77,17 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, ready f
 	if err != nil {
 		return errors.Join(err, rt.Close())
 	}
-	ln, err := net.Listen("tcp", *addr)
-	if err != nil {
-		return errors.Join(err, rt.Close(), a.Close())
-	}
 	srv := &http.Server{
 		Handler:           a.handler(),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	printBanner(stdout, ln.Addr().String(), rt.Dir(), rt.Stats().MaxOpenObjects, *fast)
+	if *banner {
+		printBanner(stdout, ln.Addr().String(), rt.Dir(), rt.Stats().MaxOpenObjects, *fast)
+	}
 	if repl != nil {
-		fmt.Fprintf(stdout, "cluster mode: node %s; a call for an object another node owns gets 421, naming it\n", repl.Node)
+		fmt.Fprintf(stdout, "cluster mode: node %s, serving at %s; a call for an object another node owns gets 421, naming it and its address\n", repl.Node, repl.Advertise)
 	}
 	if ready != nil {
 		ready(ln.Addr().String())

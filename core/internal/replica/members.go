@@ -24,6 +24,7 @@ import (
 // member is a node as its beats describe it.
 type member struct {
 	name     string
+	addr     string // where callers reach it (Config.Advertise)
 	inc      string
 	first    time.Time // when this node first heard this incarnation
 	last     time.Time // when this node last heard it
@@ -36,6 +37,7 @@ type member struct {
 type beatMsg struct {
 	Node     string         `json:"node"`
 	Inc      string         `json:"inc"`
+	Addr     string         `json:"addr,omitempty"`
 	Ready    bool           `json:"ready,omitempty"`
 	Draining bool           `json:"draining,omitempty"`
 	Gone     bool           `json:"gone,omitempty"` // the node closed: forget it
@@ -54,7 +56,7 @@ func (n *Node) settleFor() time.Duration { return 2 * n.cfg.LeaseTTL }
 // drains; gone says it closed.
 func (n *Node) beat(gone bool) {
 	now := n.cfg.Now()
-	msg := beatMsg{Node: n.cfg.Node, Inc: n.inc, Gone: gone, Shards: map[int]uint64{}}
+	msg := beatMsg{Node: n.cfg.Node, Inc: n.inc, Addr: n.cfg.Advertise, Gone: gone, Shards: map[int]uint64{}}
 	n.mu.Lock()
 	msg.Draining = n.draining || gone
 	var ls []*lease
@@ -98,7 +100,7 @@ func (n *Node) heard(b []byte) {
 		m = &member{name: msg.Node, inc: msg.Inc, first: now}
 		n.members[msg.Node] = m
 	}
-	m.last, m.ready, m.draining, m.shards = now, msg.Ready, msg.Draining, msg.Shards
+	m.last, m.ready, m.draining, m.shards, m.addr = now, msg.Ready, msg.Draining, msg.Shards, msg.Addr
 	if msg.Node == n.cfg.Node {
 		return
 	}

@@ -32,6 +32,7 @@ func opCtx() (context.Context, context.CancelFunc) {
 // Config is a node's cluster mode, with the runtime's defaults applied.
 type Config struct {
 	Node          string // this node's name: the lease holder's
+	Advertise     string // where this node's callers reach it, carried in its beats; may be ""
 	Log           replog.Log
 	Leases        replog.Leases
 	Beacon        replog.Beacon
