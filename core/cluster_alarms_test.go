@@ -421,3 +421,68 @@ func TestClusterAlarmLateRemovalRefused(t *testing.T) {
 		n1.rt.Close()
 	})
 }
+
+// heldRaise is a node's log whose write of one alarm time waits, while armed, until released: the
+// background write that makes an entry exact, slow.
+type heldRaise struct {
+	replog.Log
+	mu      sync.Mutex
+	at      time.Time // the time whose writes wait
+	waiting chan struct{}
+	release chan struct{}
+}
+
+func (l *heldRaise) SetAlarm(ctx context.Context, key string, at time.Time, rev uint64) (uint64, error) {
+	l.mu.Lock()
+	held := !l.at.IsZero() && at.Equal(l.at)
+	l.mu.Unlock()
+	if held {
+		close(l.waiting)
+		<-l.release
+	}
+	return l.Log.SetAlarm(ctx, key, at, rev)
+}
+
+// S-CL9: a commit that moves an alarm later leaves its entry early and raises it after the commit,
+// in the background; a commit that comes while that raise is under way, and moves the alarm back
+// (still later than the entry), writes the entry itself, so the slow raise cannot leave it later
+// than the alarm. The node dies: the alarm runs at its time at the survivor, not at the raise's.
+func TestClusterAlarmSlowRaiseDoesNotDelay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := replogtest.NewMemCluster()
+		log := newFireLog(0)
+		held := &heldRaise{waiting: make(chan struct{}), release: make(chan struct{})}
+		n1 := openAlarmNode(t, c, "n1", log, func(o *core.Options) {
+			held.Log = o.Replication.Log
+			o.Replication.Log = held
+		})
+		n2 := openAlarmNode(t, c, "n2", log)
+		defer n2.rt.Close()
+		time.Sleep(3 * alarmTTL)
+
+		now := time.Now()
+		t1, t2, t3 := now.Add(time.Hour), now.Add(3*time.Hour), now.Add(2*time.Hour)
+		n1.setAlarm(t, "session", t1)
+		held.mu.Lock()
+		held.at = t2
+		held.mu.Unlock()
+		n1.setAlarm(t, "session", t2) // the entry stays at t1; its raise to t2 waits
+		<-held.waiting
+		n1.setAlarm(t, "session", t3) // while the raise is under way
+		close(held.release)
+		synctest.Wait()
+		at, _, err := c.Node().Log().GetAlarm(context.Background(), "ringers/session")
+		require.NoError(t, err)
+		require.False(t, at.After(t3), "the entry is at %v, after the alarm's %v", at, t3)
+
+		n1.kill()
+		time.Sleep(time.Until(t3) + time.Second)
+		synctest.Wait()
+		fs := log.of("session")
+		require.Len(t, fs, 1)
+		require.Equal(t, "n2", fs[0].node)
+		require.False(t, fs[0].at.Before(t3))
+		require.Less(t, fs[0].at.Sub(t3), time.Second, "it ran at its time, not the slow raise's")
+		n1.rt.Close()
+	})
+}

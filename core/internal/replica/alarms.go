@@ -21,7 +21,7 @@ import (
 //     resumed, can never undo a newer owner's entry: an entry this node only listed (another
 //     node's write) is written again before this node relies on it;
 //   - a node that takes a shard lists its entries and hands them to its scheduler (AlarmHooks),
-//     and lists them again every few rounds while it holds the shard (an entry written by a
+//     and lists them again every 4 LeaseTTL while it holds the shard (an entry written by a
 //     deposed owner just after the takeover's listing is found there);
 //   - a shard with pending entries is not handed back when its last object is evicted, so that
 //     some live node always holds it; when it goes (drained, or taken over), its entries leave the
@@ -53,25 +53,40 @@ type alarmMark struct {
 	mine bool
 }
 
+// exactOp is the time an entry should have after a commit (0: none), and the revision of the
+// entry it was computed from: it is written only if the entry is still there.
+type exactOp struct {
+	at  int64
+	rev uint64
+}
+
 // alarmBook is the node's side of its shards' alarm indexes. Its mu comes after the Node's mu.
 type alarmBook struct {
 	mu     sync.Mutex
 	hooks  *AlarmHooks                   // nil until ServeAlarms
 	marks  map[int]map[string]*alarmMark // by held shard, by key
 	loads  map[int]bool                  // shards to list
-	exact  map[string]int64              // by key: the time its entry should have after a commit (0: none)
+	exact  map[string]exactOp            // by key: what its entry should be after the last commit
+	inFly  map[string]bool               // keys whose exact write is under way
 	wake   chan struct{}
 	rounds int // the sweeper's, for the periodic listing of held shards
 }
 
-// relistEvery is how many sweeps (of LeaseTTL each) go between two listings of a held shard.
-const relistEvery = 4
+// sweepEvery is how many LeaseTTL go between two sweeps, and relistEvery how many sweeps between two
+// listings of a held shard: 4 LeaseTTL. A sweep costs, for each shard no live node announces and
+// rendezvous hashing gives this node, one listing (a read through the shard's quorum), and a read
+// of the lease if the shard has entries.
+const (
+	sweepEvery  = 2
+	relistEvery = 2
+)
 
 // maxAlarmTries bounds the compare-and-set attempts of one entry before a commit.
 const maxAlarmTries = 5
 
 func (b *alarmBook) init() {
-	b.marks, b.loads, b.exact, b.wake = map[int]map[string]*alarmMark{}, map[int]bool{}, map[string]int64{}, make(chan struct{}, 1)
+	b.marks, b.loads, b.wake = map[int]map[string]*alarmMark{}, map[int]bool{}, make(chan struct{}, 1)
+	b.exact, b.inFly = map[string]exactOp{}, map[string]bool{}
 }
 
 func (b *alarmBook) poke() {
@@ -147,7 +162,9 @@ func (n *Node) ensureAlarm(key string, shard int, at int64) error {
 	var cur alarmMark
 	known := false
 	if m := b.marks[shard][key]; m != nil {
-		if m.mine && m.at != 0 && m.at <= at {
+		// An exact write pending or under way may raise the entry past at: then write anyway.
+		_, pending := b.exact[key]
+		if m.mine && m.at != 0 && m.at <= at && !pending && !b.inFly[key] {
 			b.mu.Unlock()
 			return nil
 		}
@@ -194,10 +211,11 @@ func (n *Node) alarmCommitted(key string, shard int, at int64) {
 	b.mu.Lock()
 	m := b.marks[shard][key]
 	if m == nil || m.at == at {
+		delete(b.exact, key) // an earlier commit's is stale
 		b.mu.Unlock()
 		return
 	}
-	b.exact[key] = at
+	b.exact[key] = exactOp{at: at, rev: m.rev}
 	b.mu.Unlock()
 	b.poke()
 }
@@ -274,17 +292,18 @@ func (n *Node) writeExact() {
 	b := &n.alarms
 	b.mu.Lock()
 	exact := b.exact
-	b.exact = map[string]int64{}
+	b.exact = map[string]exactOp{}
 	b.mu.Unlock()
-	for key, at := range exact {
+	for key, op := range exact {
 		shard := n.cfg.Log.ShardOf(key)
+		at, rev := op.at, op.rev
 		b.mu.Lock()
 		m := b.marks[shard][key]
-		if m == nil || m.at == at {
+		if m == nil || m.at == at || m.rev != rev { // written since the commit: that write stands
 			b.mu.Unlock()
 			continue
 		}
-		rev := m.rev
+		b.inFly[key] = true
 		b.mu.Unlock()
 		ctx, cancel := opCtx()
 		var t time.Time
@@ -294,6 +313,7 @@ func (n *Node) writeExact() {
 		nrev, err := n.cfg.Log.SetAlarm(ctx, key, t, rev)
 		cancel()
 		b.mu.Lock()
+		delete(b.inFly, key)
 		if m := b.marks[shard][key]; m != nil && m.rev == rev {
 			if err == nil {
 				*m = alarmMark{at: at, rev: nrev, mine: true}
@@ -309,12 +329,12 @@ func (n *Node) writeExact() {
 	}
 }
 
-// alarmSweeper, every LeaseTTL, lists again the shards this node holds (every relistEvery rounds)
+// alarmSweeper, every 2 LeaseTTL, lists again the shards this node holds (every other round)
 // and looks for shards that no live node announces and that have entries: those this node should
 // hold (by rendezvous hashing) it takes, at once if their lease is free, or times their lease for
 // the placer if a node that is gone holds it (a full restart leaves every lease so).
 func (n *Node) alarmSweeper() {
-	t := time.NewTicker(n.cfg.LeaseTTL)
+	t := time.NewTicker(sweepEvery * n.cfg.LeaseTTL)
 	defer t.Stop()
 	for {
 		select {
@@ -367,14 +387,14 @@ func (n *Node) sweepAlarms() {
 func (n *Node) adoptShard(shard int) {
 	ctx, cancel := opCtx()
 	defer cancel()
+	found := errors.New("found")
+	err := n.cfg.Log.Alarms(ctx, shard, func(string, time.Time, uint64) error { return found })
+	if err != found {
+		return // no entries (or no answer): nothing waits for an owner
+	}
 	rev, val, err := n.cfg.Leases.Get(ctx, shard)
 	if err != nil {
 		return
-	}
-	found := errors.New("found")
-	err = n.cfg.Log.Alarms(ctx, shard, func(string, time.Time, uint64) error { return found })
-	if err != found {
-		return // no entries (or no answer): nothing waits for an owner
 	}
 	if rev != 0 {
 		var v leaseValue

@@ -20,7 +20,7 @@
 //     in a goroutine of its own that the Node waits for, then a beat), the placer (every eighth
 //     LeaseTTL: takeovers of dead nodes' shards) and the beacon's listener; after ServeAlarms two
 //     more: the alarm worker (listings of taken shards, entries made exact after commits) and the
-//     alarm sweeper (every LeaseTTL: shards with alarms and no live holder). Close stops them all
+//     alarm sweeper (every 2 LeaseTTL: shards with alarms and no live holder). Close stops them all
 //     and waits.
 //   - n.mu guards the tables (held, seen, members) and each lease's refs; a lease's own mu its
 //     revision and validity; a lease's renewing serializes its renewal and its release; n.takes
