@@ -486,3 +486,31 @@ func TestClusterAlarmSlowRaiseDoesNotDelay(t *testing.T) {
 		n1.rt.Close()
 	})
 }
+
+// S-CL9, S-CL12: a node that shuts down hands its shards back, pending alarms and all; a node that
+// stays takes the shards that have alarms (rendezvous hashing names it, and their leases are
+// free), though nothing calls their objects, and runs each alarm at its time.
+func TestClusterAlarmAfterDrain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := replogtest.NewMemCluster()
+		log := newFireLog(0)
+		n1 := openAlarmNode(t, c, "n1", log)
+		n2 := openAlarmNode(t, c, "n2", log)
+		defer n2.rt.Close()
+		time.Sleep(3 * alarmTTL)
+
+		due := time.Now().Add(time.Minute)
+		n1.setAlarm(t, "reminder", due)
+		require.NoError(t, n1.rt.Close())
+		time.Sleep(5 * alarmTTL)
+		require.Equal(t, int64(1), n2.rt.Stats().Cluster.HeldLeases, "node 2 took the shard with the alarm, and no other")
+
+		time.Sleep(time.Until(due) + time.Second)
+		synctest.Wait()
+		fs := log.of("reminder")
+		require.Len(t, fs, 1)
+		require.Equal(t, "n2", fs[0].node)
+		require.False(t, fs[0].at.Before(due))
+		require.Less(t, fs[0].at.Sub(due), 100*time.Millisecond)
+	})
+}
