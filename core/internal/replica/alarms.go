@@ -259,7 +259,7 @@ func (n *Node) loadAlarms(shard int) {
 	})
 	b := &n.alarms
 	if err != nil {
-		n.cfg.Logger.Warn("a shard's alarm index could not be listed; it is tried again", "event", "alarm_index_list_failed",
+		n.cfg.Logger.Debug("a shard's alarm index could not be listed; it is tried again", "event", "alarm_index_list_failed",
 			"shard", shard, "error", err)
 		b.mu.Lock()
 		if b.marks[shard] != nil {
@@ -373,9 +373,7 @@ func (n *Node) sweepAlarms() {
 		}
 	}
 	n.mu.Unlock()
-	if relist {
-		b.poke()
-	}
+	b.poke() // the listings asked for, and those that failed
 	for _, shard := range look {
 		n.adoptShard(shard)
 	}
