@@ -10,7 +10,7 @@ import (
 	"github.com/durable-go/durable/cluster"
 )
 
-// S-CL9, S-X1: a shard with more alarm entries than one batched direct get answers (1,024
+// S-X10: a shard with more alarm entries than one batched direct get answers (1,024
 // subjects) is listed whole, by its groups of subjects; removed entries are not listed.
 func TestEngine_AlarmsListedPastOneBatch(t *testing.T) {
 	c := startCluster(t, 1)
