@@ -42,8 +42,8 @@ func (b *bell) Alarm(ctx context.Context, _ core.AlarmInfo) error {
 	return nil
 }
 
-// S-CL9: alarms armed at one node of three over JetStream for T+5 s, the node cut off from the
-// others at T+2 s (to them, a crash: no beats, no renewals), nobody calling the objects: every
+// S-CL9: alarms armed at one node of three over JetStream, the node cut off from the others 3 s
+// before their time (to them, a crash: no beats, no renewals), nobody calling the objects: every
 // alarm runs at a survivor, once, never before its time. The lateness is logged (p50, p99, max):
 // it is the takeover's (the lease's lapse, plus a new stream leader where the lost node led the
 // shard's raft group) for alarms due before the survivors hold their shards.
@@ -94,7 +94,7 @@ func TestCluster_AlarmsAfterOwnerLost(t *testing.T) {
 
 	const objects = 24
 	start := time.Now()
-	due := start.Add(5 * time.Second)
+	due := start.Add(15 * time.Second) // room for arming on a loaded machine; the loss comes 3 s before
 	for i := range objects {
 		stub, err := nss[0].Get("b" + strconv.Itoa(i))
 		if err != nil {
@@ -104,9 +104,10 @@ func TestCluster_AlarmsAfterOwnerLost(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if d := time.Until(start.Add(2 * time.Second)); d > 0 {
-		time.Sleep(d)
+	if left := time.Until(due); left < 4*time.Second {
+		t.Fatalf("arming %d alarms took %v: the owner can no longer be lost 3 s before their time", objects, time.Since(start))
 	}
+	time.Sleep(time.Until(due.Add(-3 * time.Second)))
 	pc.kill(0)
 	lostConn.Close() // the lost node's runtime goes with its server
 	killed := time.Now()
@@ -160,6 +161,6 @@ func TestCluster_AlarmsAfterOwnerLost(t *testing.T) {
 	}
 	slices.Sort(late)
 	q := func(p float64) time.Duration { return late[min(len(late)-1, int(p*float64(len(late))))] }
-	t.Logf("%d alarms due at T+5 s, owner lost at T+%.1f s: lateness p50 %v, p99 %v, max %v",
-		objects, killed.Sub(start).Seconds(), q(0.5).Round(time.Millisecond), q(0.99).Round(time.Millisecond), late[len(late)-1].Round(time.Millisecond))
+	t.Logf("%d alarms, owner lost %.1f s before their time: lateness p50 %v, p99 %v, max %v",
+		objects, due.Sub(killed).Seconds(), q(0.5).Round(time.Millisecond), q(0.99).Round(time.Millisecond), late[len(late)-1].Round(time.Millisecond))
 }
