@@ -514,3 +514,32 @@ func TestClusterAlarmAfterDrain(t *testing.T) {
 		require.Less(t, fs[0].at.Sub(due), 100*time.Millisecond)
 	})
 }
+
+// S-CL9: a node lists the index of the shards it holds again every 4 LeaseTTL, so an entry written
+// after it took the shard (by a deposed owner, say) is found; a spurious one, whose object has no
+// alarm, runs nothing and is removed.
+func TestClusterAlarmSpuriousEntryRemoved(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := replogtest.NewMemCluster()
+		log := newFireLog(0)
+		n1 := openAlarmNode(t, c, "n1", log)
+		defer n1.rt.Close()
+		n1.setAlarm(t, "x", time.Now().Add(time.Hour))
+		n1.deleteAlarm(t, "x") // n1 holds x's shard, and x has no alarm
+		synctest.Wait()
+
+		engine := c.Node().Log()
+		ctx := context.Background()
+		_, rev, err := engine.GetAlarm(ctx, "ringers/x")
+		require.NoError(t, err)
+		_, err = engine.SetAlarm(ctx, "ringers/x", time.Now().Add(time.Second), rev)
+		require.NoError(t, err)
+
+		time.Sleep(4*alarmTTL + 4*alarmTTL)
+		synctest.Wait()
+		require.Empty(t, log.of("x"), "nothing ran")
+		at, _, err := engine.GetAlarm(ctx, "ringers/x")
+		require.NoError(t, err)
+		require.True(t, at.IsZero(), "the spurious entry was removed; it is at %v", at)
+	})
+}
