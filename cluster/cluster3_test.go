@@ -28,7 +28,7 @@ import (
 	"github.com/durable-go/durable/replog/replogtest"
 )
 
-// S-X1, S-X2, S-X3: the engine keeps replog.Log's contract on three nodes (3 replicas, each engine
+// S-X1, S-X2, S-X3, S-X10: the engine keeps replog.Log's contract on three nodes (3 replicas, each engine
 // on a node of its own choosing).
 func TestEngine_LogContract3Nodes(t *testing.T) {
 	c := sharedCluster(t)

@@ -7,8 +7,8 @@
 //
 //   - The keys are spread over a fixed number of shards (Config.Shards), by an FNV-1a hash of the
 //     key. Each shard is one stream, "<prefix>_log_<n>": one raft group, that keeps the shard's
-//     keys' records (a subject per key), their blobs and the shard's lease, so that the loss of
-//     one stream's leader stalls that shard and no other.
+//     keys' records (a subject per key), their blobs, their alarm entries and the shard's lease,
+//     so that the loss of one stream's leader stalls that shard and no other.
 //   - Append publishes with the expected last sequence of the key's subject, so that among racing
 //     writers exactly one wins; a refusal is replog.ErrConflict once a read through the quorum
 //     shows another record after the one expected, and an acknowledgement that did not come (an
@@ -28,6 +28,12 @@
 //     them, their size and SHA-256; it may be far larger than a message. GetBlob reads the
 //     manifest through the quorum and the chunks by direct gets, and checks the digest. A blob
 //     put again under its name replaces it, and the old chunks are purged.
+//   - A key's alarm entry is the subject "<prefix>.log.<n>.a.<h>.<key>" of its shard's stream
+//     (h: one hex digit of a hash of the key), written like a lease (compare-and-set, rolled up;
+//     a removal is a marker that expires after an hour). Alarms lists a shard's entries by one
+//     batched direct get of each subject's last message up to a read barrier (by the 16 groups
+//     of h, one after the other, past the 1,024 subjects a server answers at once): at most
+//     16,384 entries per shard.
 //   - The beacon is plain NATS: Beat publishes on "<prefix>.beat", Listen subscribes. No stream,
 //     no leader, no quorum: a node that lost its quorum still beats and hears the others.
 //   - Calls between nodes (replog.Calls) are plain NATS request-reply: a node is served on one

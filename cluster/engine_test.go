@@ -180,7 +180,7 @@ func (c *testCluster) engine(t *testing.T, i int, cfg cluster.Config) *cluster.E
 	return e
 }
 
-// S-X1, S-X2, S-X3: the engine keeps replog.Log's contract on one node (1 replica).
+// S-X1, S-X2, S-X3, S-X10: the engine keeps replog.Log's contract on one node (1 replica).
 func TestEngine_LogContract1Node(t *testing.T) {
 	c := startCluster(t, 1)
 	replogtest.LogContract(t, func(t *testing.T) replog.Log { return c.engine(t, 0, cluster.Config{}) })

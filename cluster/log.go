@@ -264,7 +264,7 @@ func (e *Engine) directGet(ctx context.Context, stream string, req []byte, fn fu
 			case "503": // no replica answers yet (the stream was just created, or is moving)
 				return nil
 			default:
-				return fmt.Errorf("direct get: status %s %s", status, m.Header.Get("Description"))
+				return statusError{status, m.Header.Get("Description")}
 			}
 		}
 		seq, err := strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64)

@@ -285,6 +285,9 @@ func (o *object) commit() error {
 	if err == nil && o.repl != nil {
 		err = o.repl.Prepare(o.store, b.dirty)
 	}
+	if err == nil && o.repl != nil && b.timers && !next.del { // the shard's alarm index, too (S-CL9)
+		err = o.repl.IndexAlarm(next.at)
+	}
 	if err == nil {
 		err = o.store.Control("COMMIT")
 	}
@@ -301,6 +304,9 @@ func (o *object) commit() error {
 	}
 	if b.timers {
 		o.rt.alarmCommitted(o.ns.name, o.id, o.name, next)
+		if o.repl != nil {
+			o.repl.AlarmCommitted(next.at)
+		}
 	}
 	err = b.finish(nil)
 	if o.repl != nil {

@@ -97,10 +97,14 @@
 // (ErrFenced at its next commit). A dead node's shards are taken over by the survivors without
 // waiting for a call. A turn whose lease cannot be proven valid is refused (ErrLeaseUnproven); an
 // append whose outcome stays unknown fails with ErrCommitUnknown. Local files are a cache, rebuilt
-// from the latest snapshot and the records after it; the eviction of a shard's last object, and
-// Shutdown, which drains first, hand its lease back. Stats().Cluster says whether the node is
-// ready, and lists the members (Nodes) and which shard each live one holds (Owners). Facets, Restore and Quarantine are refused (ErrClusterMode). An alarm runs on the
-// object's owner; a dead owner's alarm fires when another node next activates the object.
+// from the latest snapshot and the records after it; the eviction of a shard's last object (unless
+// the shard has pending alarms), and Shutdown, which drains first, hand its lease back.
+// Stats().Cluster says whether the node is ready, and lists the members (Nodes) and which shard each
+// live one holds (Owners). Facets, Restore and Quarantine are refused (ErrClusterMode). An alarm
+// runs on the node holding the object's shard: each shard keeps an alarm index with its records,
+// written before the commit that sets an alarm is acknowledged and loaded by whichever node takes
+// the shard, so a dead owner's alarm runs at a survivor without a call (late by the takeover if it
+// fell due before), at most AlarmConcurrency at a time.
 //
 // # Calls from any node
 //

@@ -153,6 +153,7 @@ func Open(opts Options) (*Runtime, error) {
 		}
 		return nil, fmt.Errorf("core: open: %w", err)
 	}
+	rt.serveClusterAlarms()
 	rt.clock.Store(rt.now().UnixNano())
 	rt.log.Info("object cache: "+cache.String(), "event", "max_open_objects", "max", cache.max, "by", cache.by,
 		"fd_limit", cache.fdLimit, "fd_raised", cache.fdRaised, "memory", cache.memory)

@@ -21,9 +21,11 @@ type telemetryHooks = telemetry.Telemetry
 // replicator is an object's side of cluster mode (package replica's Object), in object.repl; nil in
 // the single-process runtime. Its methods are called by the gate holder, in this order over an
 // object's life: Claim before a turn runs (and again after each Await), Servable and Opened when
-// the turn opens the database, Prepare before the batch's local COMMIT, Ship after it and before
-// the output is released, Committed after the output is released, Failed when the object fails,
-// Release when it is evicted. The object answers its calls back as a replica.Host (object.go).
+// the turn opens the database, Prepare before the batch's local COMMIT (then IndexAlarm, when the
+// batch moved the object's earliest timer), Ship after it and before the output is released
+// (then AlarmCommitted, with that timer), Committed after the output is released, Failed when the
+// object fails, Release when it is evicted. The object answers its calls back as a replica.Host
+// (object.go).
 type replicator interface {
 	Claim(h replica.Host) error
 	Servable() error
@@ -31,6 +33,8 @@ type replicator interface {
 	Prepare(st *store, dirty bool) error
 	Ship(st *store, dirty bool) error
 	Committed(st *store) error
+	IndexAlarm(at int64) error
+	AlarmCommitted(at int64)
 	Failed(h replica.Host, cause error)
 	Release() error
 }

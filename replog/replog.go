@@ -8,9 +8,15 @@
 // an engine against this contract.
 //
 // A shard is the unit of ownership and of failure: a node owns all of a shard's objects or none,
-// under the shard's lease, and an engine keeps a shard's records, blobs and lease together (in
-// JetStream, one stream: one raft group), so that losing the leader of one shard's group stalls
-// that shard's objects and no others.
+// under the shard's lease, and an engine keeps a shard's records, blobs, alarm index and lease
+// together (in JetStream, one stream: one raft group), so that losing the leader of one shard's
+// group stalls that shard's objects and no others.
+//
+// The alarm index is part of the Log rather than records under a reserved key: a key's shard is a
+// hash of the key, so no reserved key lands in a chosen shard, and one list of records per shard
+// would put every alarm change of the shard's objects behind one expected sequence, and need a
+// replay to be read. An entry per key, written by compare-and-set, is read by a shard's new owner
+// in one listing.
 //
 // The runtime's keys are a namespace, '/', and an object name: at most MaxKeyLen bytes of any
 // characters. Its records are at most MaxRecordBytes long.
@@ -20,6 +26,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"time"
 
 	"github.com/durable-go/durable/internal/logrecord"
 )
@@ -57,6 +64,26 @@ type Log interface {
 	PutBlob(ctx context.Context, key, name string, r io.Reader) error
 	GetBlob(ctx context.Context, key, name string, w io.Writer) error
 	DeleteBlob(ctx context.Context, key, name string) error
+
+	// The alarm index: one entry per key, the time its object's earliest alarm is due, kept in the
+	// key's shard with its records, so that whichever node takes a shard over finds the alarms it
+	// must run there. An entry has a revision that grows with each write of it (a removal too) and
+	// is never reused for it; 0 is a key whose entry was never written.
+
+	// GetAlarm returns key's entry: its time (the zero Time if it has none) and revision. Like
+	// Last, it never returns an entry older than one whose SetAlarm has returned.
+	GetAlarm(ctx context.Context, key string) (at time.Time, rev uint64, err error)
+
+	// SetAlarm sets key's entry to at (the zero Time removes it) if its revision is rev, and
+	// returns the new revision. If the revision differs it fails with an error that matches
+	// ErrAlarmMoved and writes nothing; if the outcome is not known, with one that matches
+	// ErrUnknown.
+	SetAlarm(ctx context.Context, key string, at time.Time, rev uint64) (uint64, error)
+
+	// Alarms calls fn with each entry of shard that has a time, in any order, and stops at fn's
+	// first error, which it returns. Every entry whose SetAlarm returned before Alarms began is
+	// there, as that write or a later one left it.
+	Alarms(ctx context.Context, shard int, fn func(key string, at time.Time, rev uint64) error) error
 }
 
 // Leases is one replicated value per shard with compare-and-set, where the runtime keeps each
@@ -102,6 +129,9 @@ var (
 	ErrUnknown = errors.New("replog: append outcome unknown")
 	// ErrNoBlob is returned by Log.GetBlob for a name that holds no blob.
 	ErrNoBlob = errors.New("replog: no such blob")
+	// ErrAlarmMoved is returned by Log.SetAlarm when the key's entry is not at the revision
+	// expected: another writer wrote it.
+	ErrAlarmMoved = errors.New("replog: alarm entry revision moved")
 	// ErrLeaseConflict is returned by Leases.Put and Leases.Delete when the shard's revision moved.
 	ErrLeaseConflict = errors.New("replog: lease revision moved")
 )

@@ -35,7 +35,7 @@ var contractKeys = []string{
 
 // LogContract checks that the logs newLog returns keep the promises of replog.Log: expected-sequence
 // appends with exactly one winner, conflicts that append nothing, reads in order up to the last
-// record when the read began, trims, and blobs. newLog must return an empty log (or one whose keys
+// record when the read began, trims, blobs, and the alarm index. newLog must return an empty log (or one whose keys
 // the test does not share with another) and arrange its own cleanup with t.Cleanup.
 func LogContract(t *testing.T, newLog func(t *testing.T) replog.Log) {
 	t.Run("Shards", func(t *testing.T) {
@@ -417,6 +417,8 @@ func LogContract(t *testing.T, newLog func(t *testing.T) replog.Log) {
 			t.Fatalf("GetBlob after a failed PutBlob returned %d bytes: neither the old blob nor none", w.Len())
 		}
 	})
+
+	alarmContract(t, newLog)
 }
 
 type errReader struct{}

@@ -23,7 +23,8 @@ type MemCluster struct {
 	blobs  map[string][]byte
 	rev    uint64 // the leases' revision, shared by every shard
 	leases map[int]memRec
-	bytes  int64 // appended so far
+	alarms map[string]memAlarm // by key; a removed entry keeps its revision
+	bytes  int64               // appended so far
 	count  int64
 
 	listeners map[*memListener]struct{}
@@ -41,7 +42,7 @@ type memRec struct {
 // NewMemCluster returns an empty engine of MemShards shards.
 func NewMemCluster() *MemCluster {
 	return &MemCluster{shards: MemShards, recs: map[string][]memRec{}, blobs: map[string][]byte{}, leases: map[int]memRec{},
-		listeners: map[*memListener]struct{}{}}
+		alarms: map[string]memAlarm{}, listeners: map[*memListener]struct{}{}}
 }
 
 // WithShards sets the number of shards, before any node uses the engine, and returns c.

@@ -48,6 +48,7 @@ type seenLease struct {
 	holder  string
 	at      time.Time // when this node first saw the lease at this revision
 	checked time.Time // when this node last saw it
+	inc     string    // the holder's incarnation, when read from the lease by alarms.go; "" if not
 }
 
 // failingNow records whether the renewer's renewal of l failed, and reports whether that changed.
@@ -136,6 +137,7 @@ func (n *Node) forget(l *lease) {
 		delete(n.held, l.shard)
 	}
 	n.mu.Unlock()
+	n.shardGone(l)
 }
 
 // release hands the lease back (Delete), so that another node may take the shard at once. The
@@ -208,7 +210,11 @@ func (n *Node) acquire(shard int, key string) (*lease, error) {
 func (n *Node) unref(l *lease) error {
 	n.mu.Lock()
 	l.refs--
-	last := l.refs <= 0 && n.held[l.shard] == l && !n.cfg.Now().Before(l.keepTill)
+	now := n.cfg.Now()
+	last := l.refs <= 0 && n.held[l.shard] == l && !now.Before(l.keepTill)
+	if last && n.pinned(l.shard) { // the shard's pending alarms keep it here (alarms.go)
+		last, l.keepTill = false, now
+	}
 	if last {
 		delete(n.held, l.shard)
 	}
@@ -269,6 +275,7 @@ func (n *Node) take(shard int, key string, keep bool) (*lease, error) {
 		l.refs = 1
 	}
 	n.held[shard] = l
+	n.shardTaken(shard)
 	return l, nil
 }
 

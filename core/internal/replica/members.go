@@ -247,8 +247,10 @@ func (n *Node) orphans() []int {
 		if _, mine := n.held[shard]; mine {
 			continue
 		}
+		// A holder that restarted under the same name is alive in another incarnation than the
+		// lease's (alarms.go learns the lease's): the lease rule alone decides.
 		m := n.members[s.holder]
-		if m != nil && n.alive(m, now) || now.Sub(s.at) < n.cfg.LeaseTTL {
+		if m != nil && n.alive(m, now) && (s.inc == "" || s.inc == m.inc) || now.Sub(s.at) < n.cfg.LeaseTTL {
 			continue
 		}
 		if n.pick(shard, "", now) == n.cfg.Node {

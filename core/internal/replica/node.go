@@ -61,6 +61,8 @@ type Node struct {
 	draining bool               // Drain was called: no shard is taken, the held ones go back
 	engineOK time.Time          // when a call to the leases last succeeded
 
+	alarms alarmBook // the held shards' alarm indexes (alarms.go)
+
 	stop       chan struct{} // closed to stop the renewer and the placer
 	stopOnce   sync.Once
 	done       sync.WaitGroup // the renewer, the placer and the renewals they started
@@ -78,6 +80,7 @@ func Start(cfg Config) (*Node, error) {
 		start: cfg.Now(), held: map[int]*lease{}, seen: map[int]seenLease{}, members: map[string]*member{},
 		stop: make(chan struct{})}
 	n.takes = make([]sync.Mutex, n.shards)
+	n.alarms.init()
 	stop, err := cfg.Beacon.Listen(n.heard)
 	if err != nil {
 		return nil, fmt.Errorf("core: cluster mode: listen to the beacon: %w", err)
@@ -153,7 +156,7 @@ func (n *Node) round() {
 	n.mu.Lock()
 	var ls, drop []*lease
 	for shard, l := range n.held {
-		if l.refs <= 0 && (n.draining || !l.keepTill.IsZero() && !now.Before(l.keepTill)) {
+		if l.refs <= 0 && (n.draining || !l.keepTill.IsZero() && !now.Before(l.keepTill) && !n.pinned(shard)) {
 			delete(n.held, shard)
 			drop = append(drop, l)
 			continue

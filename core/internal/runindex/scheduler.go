@@ -3,6 +3,7 @@ package runindex
 import (
 	"container/heap"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 )
@@ -124,6 +125,43 @@ func (s *Scheduler) Schedule(ns, id, name string, at int64) {
 	s.mu.Unlock()
 	if first {
 		s.Poke()
+	}
+}
+
+// ScheduleBy makes the scheduler look at the object no later than at: an earlier look already
+// scheduled stays.
+func (s *Scheduler) ScheduleBy(ns, id, name string, at int64) {
+	s.mu.Lock()
+	e := s.byKey[alarmKey{ns, id}]
+	later := e != nil && e.idx >= 0 && e.at <= at
+	s.mu.Unlock()
+	if !later {
+		s.Schedule(ns, id, name, at)
+	}
+}
+
+// DropWhere forgets the alarms of the objects that match: another node runs them now.
+func (s *Scheduler) DropWhere(match func(ns, name string) bool) {
+	s.mu.Lock()
+	var gone []*entry
+	for k, e := range s.byKey {
+		if !match(e.ns, e.name) {
+			continue
+		}
+		if e.idx >= 0 {
+			heap.Remove(&s.h, e.idx)
+		}
+		delete(s.byKey, k)
+		if ps := s.parked[e.ns]; len(ps) > 0 {
+			s.parked[e.ns] = slices.DeleteFunc(ps, func(p *entry) bool { return p == e })
+		}
+		gone = append(gone, e)
+	}
+	s.mu.Unlock()
+	for _, e := range gone {
+		if e.indexAt != 0 {
+			s.ix.Delete(e.ns, e.id)
+		}
 	}
 }
 
