@@ -99,16 +99,19 @@ func (n *Node) renew(l *lease) error {
 		}
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	switch {
 	case err == nil:
 		l.rev, l.renewed = nrev, start
+		l.mu.Unlock()
 		return nil
 	case errors.Is(err, replog.ErrLeaseConflict):
 		l.lost = true
+		l.mu.Unlock()
+		// Not under l.mu: forget takes n.mu, and Table takes l.mu under n.mu.
 		n.forget(l)
 		return fmt.Errorf("%w: the lease of shard %d was taken over", ErrFenced, l.shard)
 	default:
+		l.mu.Unlock()
 		return fmt.Errorf("core: renew the lease of shard %d: %w", l.shard, err)
 	}
 }
@@ -130,7 +133,7 @@ func (n *Node) check(l *lease) error {
 	return nil
 }
 
-// forget stops renewing l. n.mu is not held; l.mu may be.
+// forget stops renewing l. Neither n.mu nor l.mu is held (Table takes l.mu under n.mu).
 func (n *Node) forget(l *lease) {
 	n.mu.Lock()
 	if n.held[l.shard] == l {
