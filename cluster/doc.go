@@ -3,7 +3,7 @@
 //
 // # The engine
 //
-// An Engine fills replog.Log, replog.Leases and replog.Beacon:
+// An Engine fills replog.Log, replog.Leases, replog.Beacon and replog.Calls:
 //
 //   - The keys are spread over a fixed number of shards (Config.Shards), by an FNV-1a hash of the
 //     key. Each shard is one stream, "<prefix>_log_<n>": one raft group, that keeps the shard's
@@ -30,6 +30,11 @@
 //     put again under its name replaces it, and the old chunks are purged.
 //   - The beacon is plain NATS: Beat publishes on "<prefix>.beat", Listen subscribes. No stream,
 //     no leader, no quorum: a node that lost its quorum still beats and hears the others.
+//   - Calls between nodes (replog.Calls) are plain NATS request-reply: a node is served on one
+//     subject, "<prefix>.call.<node>", with one subscription for all of its objects, each request
+//     handled on a goroutine of its own. No responders is replog.ErrUnreachable, a reply that did
+//     not come replog.ErrNoReply; a request or reply over the connection's maximum payload (less
+//     8 KiB for the subject and headers) is refused, never cut.
 //
 // Nothing on the path of a call needs the JetStream meta leader: appends, barriers and lease writes
 // go to the stream's leader, reads are direct gets that any replica answers, and a purge (Trim,

@@ -102,11 +102,30 @@
 // ready, and lists the members (Nodes) and which shard each live one holds (Owners). Facets, Restore and Quarantine are refused (ErrClusterMode). An alarm runs on the
 // object's owner; a dead owner's alarm fires when another node next activates the object.
 //
+// # Calls from any node
+//
+// A closure cannot cross machines; a named method can. Define registers a method of a namespace,
+// with argument and result types that encode as JSON, and returns the function that calls it on
+// the object wherever it lives. It runs here, with nothing encoded, in the single-process runtime
+// and on the node that may serve the object. With Replication.Calls (package cluster: NATS request-reply on one subject per
+// node), a node whose table names another owner sends the call there with a request id. The
+// receiving node never sends it on: it runs it, or answers "moved" from its table, and the caller
+// follows with the same id; the node that ran it remembers the id and the reply for a while, so a
+// request sent again after a lost reply is answered and not run twice. ErrOverloaded and
+// ErrCommitUnknown come back as they are; moved, ErrFenced and a lost reply are followed within
+// Replication.CallAttempts, then ErrUnreachable. Errors keep their sentinels across the hop, and an
+// object's own error is a *RemoteError with its message. A method called from a turn opens the
+// caller's gate while it waits, so A -> B -> A completes across nodes; a call that would wait for a
+// gate kept closed along its way (BlockConcurrencyWhile) fails with ErrDeadlock. Stub.ServeHTTP
+// relays a request to the owner the same way (413 over Replication.MaxRelayBody; WebSocket
+// upgrades are not relayed: 421 naming the owner). core.Call stays local: where another node owns
+// the object it fails with ErrNotOwner, naming it.
+//
 // # Errors
 //
 // Errors about an object are *Error values naming it; the object's own errors (returned or
-// panicked) are wrapped in *RemoteError. IsRetryable accepts ErrOverloaded, ErrCommitFailed and
-// ErrLeaseUnproven. Each sentinel's doc says when it is returned.
+// panicked) are wrapped in *RemoteError. IsRetryable accepts ErrOverloaded, ErrCommitFailed,
+// ErrLeaseUnproven and ErrUnreachable. Each sentinel's doc says when it is returned.
 //
 // # Caveats
 //

@@ -106,6 +106,15 @@ var (
 	// the log could not say, after retries, whether it holds it: the turn's writes may or may not be
 	// durable. Nothing was acknowledged; the next activation reads the log to learn which.
 	ErrCommitUnknown = replica.ErrCommitUnknown
+	// ErrUnreachable is returned, in cluster mode with Replication.Calls, by a Method's call (or a
+	// relayed HTTP request) that could not reach the node owning the object within
+	// Replication.CallAttempts: the link is cut, the node is gone, or no reply came. Retryable; if a
+	// request reached the owner before its reply was lost the method may have run there (its
+	// retries with the same request id did not run it again).
+	ErrUnreachable = errors.New("core: the object's node cannot be reached")
+	// ErrNoMethod is returned by a Method's call sent to a node that has not defined the method
+	// (Define) for the namespace, or has not registered the namespace.
+	ErrNoMethod = errors.New("core: no such method")
 )
 
 // alsoErr is a sentinel that also matches other sentinels.
@@ -178,8 +187,9 @@ type PanicError struct {
 func (e *PanicError) Error() string { return fmt.Sprintf("core: panic in object code: %v", e.Value) }
 
 // IsRetryable reports whether err is a transient runtime fault after which the same call may be
-// retried with backoff: ErrOverloaded, ErrCommitFailed or ErrLeaseUnproven. Errors of the object's
-// own code are not.
+// retried with backoff: ErrOverloaded, ErrCommitFailed, ErrLeaseUnproven or ErrUnreachable. Errors of the
+// object's own code are not.
 func IsRetryable(err error) bool {
-	return errors.Is(err, ErrOverloaded) || errors.Is(err, ErrCommitFailed) || errors.Is(err, ErrLeaseUnproven)
+	return errors.Is(err, ErrOverloaded) || errors.Is(err, ErrCommitFailed) || errors.Is(err, ErrLeaseUnproven) ||
+		errors.Is(err, ErrUnreachable)
 }

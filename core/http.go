@@ -39,6 +39,10 @@ func (s *Stub[T]) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "object does not serve HTTP", http.StatusNotImplemented)
 		return
 	}
+	if s.ns.rt.router.relays() { // cluster mode: at the owner, wherever it is (relay.go)
+		s.serveHTTPRouted(w, r)
+		return
+	}
 	g := &gatedResponse{w: w, header: make(http.Header)}
 	err := s.call(r.Context(), new(turn), codeFunc(func(ctx context.Context, inst any) error {
 		if err := inst.(Fetcher).Fetch(ctx, g, r); err != nil {

@@ -35,6 +35,38 @@ type Replication struct {
 	// shard, for refusals from memory and for taking over a dead node's shards.
 	Beacon replog.Beacon
 
+	// Calls, if set, carries calls between the nodes: a method (Define) called on any node runs on
+	// the node that owns the object's shard, and Stub.ServeHTTP relays a request to it. Nil keeps
+	// every call local: a call for an object another node owns fails with ErrNotOwner, naming the
+	// owner.
+	Calls replog.Calls
+
+	// CallTimeout bounds one attempt at sending a call to another node and waiting for its reply
+	// (default 10 s); the call's context bounds them all. An attempt whose reply does not come is
+	// sent again with the same request id: the owner answers it with the first one's reply, once
+	// that has run, and never runs it twice.
+	CallTimeout time.Duration
+
+	// CallAttempts bounds the sends of one call (default 4): to the owner named by a "moved"
+	// answer, again after ErrFenced (the object moved while it ran) or a reply that did not come.
+	// A call whose attempts run out fails with the last one's error (ErrUnreachable for a node that
+	// could not be reached).
+	CallAttempts int
+
+	// CallMemory is how many calls from other nodes a node remembers (their request ids and
+	// replies), to answer a request sent again without running it twice (default 4096), each for
+	// at most CallMemoryFor (default 1 min).
+	CallMemory    int
+	CallMemoryFor time.Duration
+
+	// NoHTTPRelay keeps Stub.ServeHTTP from relaying requests to the object's owner: an object
+	// another node owns answers 421, naming it, as without Calls.
+	NoHTTPRelay bool
+
+	// MaxRelayBody bounds the body of an HTTP request relayed to the owner (default 1 MiB, and at
+	// most what Calls carries): a longer one is answered 413, and not sent.
+	MaxRelayBody int64
+
 	// LeaseTTL is how long a shard's lease lasts unrenewed (default 1 s). A node serves an object
 	// only while its shard's lease is valid by the node's own clock (LeaseTTL less an eighth after
 	// the renewal began, renewals every quarter); another node takes a shard over only after it has
@@ -124,6 +156,8 @@ func (r *Replication) validate() error {
 		return errors.New("core: Options.Replication.Beacon is nil")
 	case r.LeaseTTL < 0 || r.SnapshotEvery < 0:
 		return errors.New("core: Options.Replication.LeaseTTL and SnapshotEvery must not be negative")
+	case r.CallTimeout < 0 || r.CallAttempts < 0 || r.CallMemory < 0 || r.CallMemoryFor < 0 || r.MaxRelayBody < 0:
+		return errors.New("core: Options.Replication's call settings must not be negative")
 	}
 	return nil
 }
@@ -144,5 +178,11 @@ func (rt *Runtime) openReplication() error {
 		return err
 	}
 	rt.cluster = n
+	if r.Calls != nil {
+		if rt.router, err = startRouter(rt, r); err != nil {
+			n.Close()
+			return err
+		}
+	}
 	return nil
 }

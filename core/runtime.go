@@ -64,6 +64,8 @@ type Runtime struct {
 	ws       wsHub                  // the WebSocket connections
 	lock     *datadir.Lock          // the data directory's OS lock, held until Shutdown ends
 	cluster  *replica.Node          // cluster mode: the node's leases; nil in the single-process runtime
+	router   *router                // cluster mode with Replication.Calls: calls between nodes (route.go)
+	methods  sync.Map               // "namespace\x00method" -> methodFunc: the methods Define made (route.go)
 }
 
 // Stats are counters over the runtime's life, for tests, benchmarks and monitoring.
@@ -141,6 +143,7 @@ func Open(opts Options) (*Runtime, error) {
 		return nil, fmt.Errorf("core: open: %w", err)
 	}
 	if err = rt.startScheduler(); err != nil {
+		rt.router.stop()
 		if rt.cluster != nil {
 			rt.cluster.Close()
 		}
@@ -255,6 +258,7 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 	if err := waitCalls(); err != nil {
 		return err
 	}
+	rt.router.stop()       // no call is under way: serve no more
 	if rt.cluster != nil { // the objects are closed and their leases handed back: stop renewing
 		errs = append(errs, rt.cluster.Close())
 	}

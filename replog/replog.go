@@ -1,9 +1,11 @@
 // Package replog is the contract between the durable runtime in cluster mode and the engine that
 // replicates it: a Log of records per key with expected-sequence appends, spread over a fixed
-// number of shards; Leases, one compare-and-set value per shard; and a Beacon that carries the
-// nodes' heartbeats. The runtime needs nothing else of an engine, and an engine needs nothing of
-// the runtime: package cluster fills all three with NATS JetStream, and package replogtest has an
-// in-memory engine and the suites that check an engine against this contract.
+// number of shards; Leases, one compare-and-set value per shard; a Beacon that carries the
+// nodes' heartbeats; and, optionally, Calls, which carries requests from node to node, so that a
+// call made at any node reaches the object's owner. The runtime needs nothing else of an engine,
+// and an engine needs nothing of the runtime: package cluster fills all four with NATS JetStream
+// and NATS request-reply, and package replogtest has an in-memory engine and the suites that check
+// an engine against this contract.
 //
 // A shard is the unit of ownership and of failure: a node owns all of a shard's objects or none,
 // under the shard's lease, and an engine keeps a shard's records, blobs and lease together (in

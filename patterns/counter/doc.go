@@ -59,4 +59,10 @@
 //     hits that arrived during it as sent, and they are never sent.
 //   - Record must clear the flag (flushed = 0) when it bumps a bucket that
 //     was already flushed, or the bucket's later hits are never sent.
+//
+// # From any node
+//
+// Define makes a counter's Record and Total methods callable on any node of a cluster
+// (core.Define): at a node that does not own the counter they run at the one that does, where its
+// flush alarm runs too.
 package counter

@@ -61,4 +61,10 @@
 // transaction or a conditional UPDATE there does the same job. Do not copy
 // the data into an object just to lock it (SEMANTICS C4): an object is for
 // an entity whose state is its own, not a lock on someone else's.
+//
+// # From any node
+//
+// Define makes an item's Stock, Restock and Reserve methods callable on any node of a cluster
+// (core.Define): at a node that does not own the item they run at the one that does, so the
+// invariant holds across machines.
 package inventory

@@ -65,4 +65,9 @@
 // exact for that key, shared by every caller that reaches the runtime, and
 // kept across restarts; and when the keys are too many to keep in memory,
 // since idle objects are evicted to disk.
+//
+// # From any node
+//
+// Define makes a key's Allow a method callable on any node of a cluster (core.Define): at a node
+// that does not own the key it runs at the one that does, so a key has one window across machines.
 package limiter

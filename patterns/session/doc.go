@@ -56,4 +56,10 @@
 //   - Each Touch writes two rows (deadline and alarm, SEMANTICS A11). For
 //     chatty clients, touch at most once a minute: only when Deadline is
 //     less than TTL minus a minute away.
+//
+// # From any node
+//
+// Define makes a session's Touch, Get, Set, Delete and End methods callable on any node of a
+// cluster (core.Define): at a node that does not own the session they run at the one that does,
+// where its expiry alarm runs too.
 package session

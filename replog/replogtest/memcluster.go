@@ -27,6 +27,7 @@ type MemCluster struct {
 	count  int64
 
 	listeners map[*memListener]struct{}
+	calls     memCalls // the nodes' request-reply (memcalls.go)
 }
 
 // MemShards is a MemCluster's number of shards unless WithShards says otherwise.
@@ -115,6 +116,8 @@ type MemNode struct {
 	loseAcks  int                                // appends that land but report replog.ErrUnknown
 	dropNext  int                                // appends that do not land and report replog.ErrUnknown
 	before    func(key string, rec []byte) error // called before each append; an error is returned instead
+	callsCut  bool                               // requests to and from the node are not delivered
+	lostReply int                                // replies of the node's that are lost on the way
 }
 
 // CutLog cuts the node off from the log (cut true) or joins it back: every log call fails, an append

@@ -28,3 +28,15 @@ func TestBeaconContract_MemCluster(t *testing.T) {
 		return bs
 	})
 }
+
+// S-CL13: and replog.Calls'.
+func TestCallsContract_MemCluster(t *testing.T) {
+	replogtest.CallsContract(t, func(_ *testing.T, n int) []replog.Calls {
+		c := replogtest.NewMemCluster().WithMaxCallBytes(64 << 10)
+		var cs []replog.Calls
+		for range n {
+			cs = append(cs, c.Node().Calls())
+		}
+		return cs
+	})
+}

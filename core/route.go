@@ -1,0 +1,418 @@
+package core
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/durable-go/durable/replog"
+)
+
+// Calls from any node. A Method is a registered, typed operation of a namespace's objects: unlike a
+// closure given to Call, it can cross machines, its argument and result encoded as JSON. Called on
+// a node that may serve the object (the single-process runtime, or a node whose table names no
+// other live owner of the object's shard), it runs here as Call does, with nothing encoded. Called
+// elsewhere in cluster mode with Replication.Calls, it is sent to the owner the node's table names,
+// marked with a request id; the receiving node never sends it on: it runs it, or answers at once
+// from its own table with the owner ("moved"), and the caller sends it there with the same id. The
+// node that runs a request remembers its id and reply for a while (Replication.CallMemory), so that
+// a request sent again (its reply was lost) is answered, not run twice.
+
+// routeOpts are the calls' settings in force: Replication's, with the defaults.
+type routeOpts struct {
+	timeout     time.Duration
+	attempts    int
+	remember    int
+	rememberFor time.Duration
+	noRelay     bool
+	maxBody     int64
+}
+
+func routeOptsOf(r *Replication) routeOpts {
+	o := routeOpts{timeout: r.CallTimeout, attempts: r.CallAttempts, remember: r.CallMemory, rememberFor: r.CallMemoryFor,
+		noRelay: r.NoHTTPRelay, maxBody: r.MaxRelayBody}
+	orDefault(&o.timeout, 10*time.Second)
+	orDefault(&o.attempts, 4)
+	orDefault(&o.remember, 4096)
+	orDefault(&o.rememberFor, time.Minute)
+	orDefault(&o.maxBody, 1<<20)
+	// Room for the encoding (base64) and the headers.
+	o.maxBody = min(o.maxBody, int64(r.Calls.MaxCallBytes())*3/4-16<<10)
+	return o
+}
+
+// methodFunc runs a method for a call sent by another node: arg and result in JSON.
+type methodFunc func(ctx context.Context, name string, arg []byte) ([]byte, error)
+
+// Define registers the method name of ns's objects, whose code is fn, and returns the function that
+// calls it: call(ctx, stub, arg) runs fn on the object stub addresses, from any node. Every node of
+// a cluster must define the same methods for a namespace, with the same types: the name is what
+// crosses the wire, with arg and the result encoded as JSON; a call sent to a node that has not
+// defined it fails with ErrNoMethod. fn runs as a turn of the object, as Call's function does.
+//
+// The call runs here, as Call does and with nothing encoded, if this node may serve the object (the
+// single-process runtime always); otherwise, in cluster mode with Replication.Calls, on the node
+// that owns it (see the package's "Calls from any node"), and its result is returned once every
+// write the turn made is durable there. Called from inside another object's turn (with its
+// context), it opens the caller's input gate while it waits, so A -> B -> A completes across nodes
+// too; a call that would wait for a gate kept closed (State.BlockConcurrencyWhile) by a turn waiting
+// for it, on any node, fails at once with ErrDeadlock.
+//
+// Its errors are Call's, on whichever node the method ran: errors.Is(err, ErrOverloaded) and the
+// others hold across nodes, and an error of fn's own is a *RemoteError carrying its message (its
+// type stays on the node that ran it). A call sent to another node may also fail with
+// ErrUnreachable, ErrNoMethod, or ErrTooLarge (its argument or result is over what
+// Replication.Calls carries).
+func Define[T, A, R any](ns *Namespace[T], name string, fn func(ctx context.Context, obj T, arg A) (R, error)) (call func(ctx context.Context, s *Stub[T], arg A) (R, error), err error) {
+	if err := validateNamespace(name); err != nil {
+		return nil, fmt.Errorf("core: Define %s.%s: a method's name is a plain identifier: %w", ns.Name(), name, ErrInvalidName)
+	}
+	if fn == nil {
+		return nil, fmt.Errorf("core: Define %s.%s: nil function", ns.Name(), name)
+	}
+	m := &method[T, A, R]{name: name, fn: fn}
+	run := methodFunc(func(ctx context.Context, obj string, arg []byte) ([]byte, error) {
+		s, err := ns.Get(obj)
+		if err != nil {
+			return nil, err
+		}
+		var a A
+		if err := json.Unmarshal(arg, &a); err != nil {
+			return nil, s.err("call", fmt.Errorf("%w: the argument of %s: %w", ErrInvalidArgument, name, err))
+		}
+		r, err := m.local(ctx, s, a)
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(r)
+	})
+	if _, dup := ns.ns.rt.methods.LoadOrStore(ns.ns.name+"\x00"+name, run); dup {
+		return nil, fmt.Errorf("core: Define %s.%s: defined already", ns.Name(), name)
+	}
+	return m.call, nil
+}
+
+// method is a method Define made.
+type method[T, A, R any] struct {
+	name string
+	fn   func(ctx context.Context, obj T, arg A) (R, error)
+}
+
+// call runs the method on the object s addresses, here or at its owner.
+func (m *method[T, A, R]) call(ctx context.Context, s *Stub[T], arg A) (R, error) {
+	rt := s.ns.rt
+	if rt.router == nil {
+		return m.local(ctx, s, arg)
+	}
+	var r R
+	rc := routedCall{ns: s.ns, name: s.name, method: m.name, chain: chainFor(ctx),
+		local: func(ctx context.Context) error {
+			c := &callOf[T, R]{fn: func(ctx context.Context, obj T) (R, error) { return m.fn(ctx, obj, arg) }}
+			err := s.call(ctx, &c.turn, c)
+			r = c.r
+			return err
+		},
+		encode: func() ([]byte, error) { return json.Marshal(arg) },
+		decode: func(b []byte) error { return json.Unmarshal(b, &r) },
+	}
+	err := viaCaller(ctx, func(ctx context.Context) error { return rt.router.call(ctx, &rc) })
+	if err != nil {
+		var zero R
+		return zero, err
+	}
+	return r, nil
+}
+
+// local runs the method on this node.
+func (m *method[T, A, R]) local(ctx context.Context, s *Stub[T], arg A) (R, error) {
+	if slices.Contains(chainOf(ctx), s.ns.name+"/"+s.name) {
+		var zero R
+		return zero, s.err("call", fmt.Errorf("%w (%s/%q, across nodes)", ErrDeadlock, s.ns.name, s.name))
+	}
+	return Call(ctx, s, func(ctx context.Context, obj T) (R, error) { return m.fn(ctx, obj, arg) })
+}
+
+// chainKey marks the context of a call sent by another node with the objects whose gates are kept
+// closed by the turns waiting for it, along the call's way.
+type chainKey struct{}
+
+func chainOf(ctx context.Context) []string {
+	c, _ := ctx.Value(chainKey{}).([]string)
+	return c
+}
+
+// chainFor is the chain a call made with ctx carries: the chain it came with, and the caller's
+// object if its gate stays closed while it waits (inside State.BlockConcurrencyWhile).
+func chainFor(ctx context.Context) []string {
+	c := chainOf(ctx)
+	if t := turnOf(ctx); t != nil && t.o.state.block != nil {
+		c = append(slices.Clip(c), t.o.ns.name+"/"+t.o.name)
+	}
+	return c
+}
+
+// router is a node's side of the calls between nodes: it serves the calls sent to this node, and
+// sends this node's calls to their objects' owners.
+type router struct {
+	rt        *Runtime
+	node      string
+	calls     replog.Calls
+	opts      routeOpts
+	recent    *recentCalls
+	stopServe func()
+}
+
+// startRouter serves the calls sent to this node until stop.
+func startRouter(rt *Runtime, r *Replication) (*router, error) {
+	ro := &router{rt: rt, node: r.Node, calls: r.Calls, opts: routeOptsOf(r)}
+	ro.recent = newRecentCalls(ro.opts.remember, ro.opts.rememberFor, rt.now)
+	stop, err := r.Calls.Serve(r.Node, ro.handle)
+	if err != nil {
+		return nil, fmt.Errorf("core: cluster mode: serve calls: %w", err)
+	}
+	ro.stopServe = stop
+	return ro, nil
+}
+
+// stop stops serving and waits for the calls being served; nil does nothing.
+func (ro *router) stop() {
+	if ro != nil {
+		ro.stopServe()
+	}
+}
+
+// routedCall is one call that may be sent to another node.
+type routedCall struct {
+	ns           *namespace
+	name, method string
+	chain        []string
+	http         *wireHTTP                       // a relayed HTTP request instead of a method
+	local        func(ctx context.Context) error // runs the call here
+	encode       func() ([]byte, error)          // the argument
+	decode       func([]byte) error              // the result
+	httpReply    *wireHTTPReply                  // a relayed request's response
+	readBody     func() error                    // reads a relayed request's body, as it first leaves
+	bodyErr      error                           // why the body could not be relayed
+}
+
+func (rc *routedCall) err(err error) error {
+	return &Error{Op: "call", Namespace: rc.ns.name, Name: rc.name, Err: err}
+}
+
+// call runs rc here or on its owner, following "moved" answers with the same request id.
+func (ro *router) call(ctx context.Context, rc *routedCall) error {
+	key := rc.ns.name + "/" + rc.name
+	if slices.Contains(rc.chain, key) {
+		return rc.err(fmt.Errorf("%w (%s/%q, across nodes)", ErrDeadlock, rc.ns.name, rc.name))
+	}
+	shard := ro.rt.cluster.ShardOf(rc.ns.name, rc.name)
+	target, _ := ro.rt.cluster.Owner(shard)
+	var req []byte
+	var last error
+	for attempt := range ro.opts.attempts {
+		if attempt > 0 && target == "" {
+			target, _ = ro.rt.cluster.Owner(shard)
+		}
+		if target == "" || target == ro.node {
+			err := rc.local(ctx)
+			var noe *NotOwnerError
+			switch {
+			case errors.As(err, &noe) && noe.Holder != "" && noe.Holder != ro.node && noe.Holder != "another node":
+				target, last = noe.Holder, err
+				continue
+			case errors.Is(err, ErrFenced):
+				target, last = "", err
+				if err := ro.backoff(ctx); err != nil {
+					return last
+				}
+				continue
+			}
+			return err
+		}
+		if req == nil {
+			var err error
+			if req, err = ro.request(ctx, rc); err != nil {
+				return err
+			}
+		}
+		reply, err := ro.send(ctx, target, req)
+		if err != nil {
+			if errors.Is(err, replog.ErrCallTooLarge) {
+				return rc.err(fmt.Errorf("%w: %w", ErrTooLarge, err))
+			}
+			last = rc.err(fmt.Errorf("%w: node %q: %w", ErrUnreachable, target, err))
+			if ctx.Err() != nil {
+				return last
+			}
+			target = ""
+			if err := ro.backoff(ctx); err != nil {
+				return last
+			}
+			continue
+		}
+		var wr wireReply
+		if err := json.Unmarshal(reply, &wr); err != nil {
+			return rc.err(fmt.Errorf("core: a reply from node %q: %w", target, err))
+		}
+		if wr.Err == nil {
+			if rc.http != nil {
+				rc.httpReply = wr.HTTP
+				return nil
+			}
+			if err := rc.decode(wr.Result); err != nil {
+				return rc.err(fmt.Errorf("core: the result of %s from node %q: %w", rc.method, target, err))
+			}
+			return nil
+		}
+		err = wr.Err.decode(rc, target)
+		switch wr.Err.Class {
+		case classMoved:
+			target, last = wr.Err.Holder, err
+			continue
+		case classFenced, classClosed:
+			target, last = "", err
+			if err := ro.backoff(ctx); err != nil {
+				return last
+			}
+			continue
+		}
+		return err
+	}
+	return last
+}
+
+// backoff waits a little before a call is sent again: an eighth of the lease time, in which the
+// table learns the new owner.
+func (ro *router) backoff(ctx context.Context) error {
+	t := time.NewTimer(ro.rt.opts.Replication.leaseTTL() / 8)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// send sends one attempt of a call to node.
+func (ro *router) send(ctx context.Context, node string, req []byte) ([]byte, error) {
+	actx, cancel := context.WithTimeout(ctx, ro.opts.timeout)
+	defer cancel()
+	return ro.calls.Send(actx, node, req)
+}
+
+// request encodes rc for sending, with a new request id.
+func (ro *router) request(ctx context.Context, rc *routedCall) ([]byte, error) {
+	var id [16]byte
+	rand.Read(id[:])
+	w := wireCall{ID: hex.EncodeToString(id[:]), From: ro.node, NS: rc.ns.name, Name: rc.name, Method: rc.method,
+		Chain: rc.chain, HTTP: rc.http}
+	if dl, ok := ctx.Deadline(); ok {
+		w.Timeout = max(int64(time.Until(dl)), 1)
+	}
+	if rc.readBody != nil {
+		if err := rc.readBody(); err != nil {
+			rc.bodyErr = err
+			return nil, rc.err(err)
+		}
+		rc.readBody = nil
+	}
+	if rc.http == nil {
+		arg, err := rc.encode()
+		if err != nil {
+			return nil, rc.err(fmt.Errorf("%w: the argument of %s: %w", ErrInvalidArgument, rc.method, err))
+		}
+		w.Arg = arg
+	}
+	b, err := json.Marshal(w)
+	if err != nil {
+		return nil, rc.err(err)
+	}
+	if max := ro.calls.MaxCallBytes(); len(b) > max {
+		return nil, rc.err(fmt.Errorf("%w: a call of %d bytes: the nodes carry at most %d", ErrTooLarge, len(b), max))
+	}
+	return b, nil
+}
+
+// handle serves a call another node sent: it runs it here, never sending it on. A request sent
+// again while it runs, or after, gets its reply.
+func (ro *router) handle(ctx context.Context, b []byte) []byte {
+	var w wireCall
+	if err := json.Unmarshal(b, &w); err != nil {
+		return replyErr(fmt.Errorf("%w: a call that cannot be read: %w", ErrInvalidArgument, err))
+	}
+	if w.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(w.Timeout))
+		defer cancel()
+	}
+	d, first := ro.recent.begin(w.ID)
+	if !first {
+		select {
+		case <-d.ready:
+			return d.reply
+		case <-ctx.Done():
+			return replyErr(ctx.Err())
+		}
+	}
+	reply, ran := ro.run(ctx, &w)
+	if max := ro.calls.MaxCallBytes(); len(reply) > max {
+		reply = replyErr(fmt.Errorf("%w: a reply of %d bytes: the nodes carry at most %d", ErrTooLarge, len(reply), max))
+	}
+	ro.recent.finish(d, reply, ran)
+	return reply
+}
+
+// run runs a call sent by another node here, and reports whether it ran (or may have): a request
+// refused before its turn (another node owns the object, a full queue) is not remembered.
+func (ro *router) run(ctx context.Context, w *wireCall) (reply []byte, ran bool) {
+	if len(w.Chain) > 0 {
+		ctx = context.WithValue(ctx, chainKey{}, w.Chain)
+	}
+	var err error
+	var result []byte
+	var hr *wireHTTPReply
+	ro.rt.mu.Lock()
+	ns := ro.rt.namespaces[w.NS]
+	ro.rt.mu.Unlock()
+	switch {
+	case ns == nil:
+		err = fmt.Errorf("%w: namespace %q is not registered on node %q", ErrNoMethod, w.NS, ro.node)
+	case slices.Contains(w.Chain, w.NS+"/"+w.Name):
+		err = fmt.Errorf("%w (%s/%q, across nodes)", ErrDeadlock, w.NS, w.Name)
+	case w.HTTP != nil:
+		hr, err = ro.serveHTTP(ctx, ns, w)
+	default:
+		f, ok := ro.rt.methods.Load(w.NS + "\x00" + w.Method)
+		if !ok {
+			err = fmt.Errorf("%w: %s.%s is not defined on node %q", ErrNoMethod, w.NS, w.Method, ro.node)
+			break
+		}
+		result, err = f.(methodFunc)(ctx, w.Name, w.Arg)
+	}
+	if err != nil {
+		we := encodeErr(err)
+		b, _ := json.Marshal(wireReply{Err: we})
+		return b, we.ran()
+	}
+	b, _ := json.Marshal(wireReply{Result: result, HTTP: hr})
+	return b, true
+}
+
+// leaseTTL is the lease time in force.
+func (r *Replication) leaseTTL() time.Duration {
+	if r.LeaseTTL > 0 {
+		return r.LeaseTTL
+	}
+	return time.Second
+}
+
+func replyErr(err error) []byte {
+	b, _ := json.Marshal(wireReply{Err: encodeErr(err)})
+	return b
+}
