@@ -128,7 +128,7 @@ func TestAPI_ClusterRoutesServedAtAnyNode(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := replogtest.NewMemCluster()
 		_, a1, h1 := clusterPeer(t, c, "n1", "http://10.0.0.1:8787", true)
-		_, a2, h2 := clusterPeer(t, c, "n2", "http://10.0.0.2:8787", true)
+		view2, a2, h2 := clusterPeer(t, c, "n2", "http://10.0.0.2:8787", true)
 		var set, got sessionAnswer
 		get(t, h1, "/session/touch?id=s1&key=user&value=ada", &set)
 		var lim limitResult
@@ -153,6 +153,11 @@ func TestAPI_ClusterRoutesServedAtAnyNode(t *testing.T) {
 		if lim.Allowed != 2 || lim.Refused != 1 {
 			t.Fatalf("/limit at n2 after 3 checks at n1: %+v; want 2 allowed, 1 refused", lim)
 		}
+		view2.CutCalls(true) // n2 cannot reach n1: a retryable 503
+		if code, body := do(t, h2, "GET", "/limit?key=k&n=1&limit=5&window=1h", nil); code != http.StatusServiceUnavailable || !strings.Contains(string(body), "cannot be reached") {
+			t.Fatalf("/limit at n2 cut from n1: %d %s; want 503, the owner's node cannot be reached", code, body)
+		}
+		view2.CutCalls(false)
 		get(t, h2, "/counter/record?link=l&n=1", &cnt)
 		if cnt.Recorded != 1 || cnt.Total != 3 || cnt.FlushAt == nil {
 			t.Fatalf("/counter/record at n2: %+v; want total 3, a flush pending", cnt)
