@@ -153,6 +153,19 @@ func TestAPI_ClusterRoutesServedAtAnyNode(t *testing.T) {
 		if lim.Allowed != 2 || lim.Refused != 1 {
 			t.Fatalf("/limit at n2 after 3 checks at n1: %+v; want 2 allowed, 1 refused", lim)
 		}
+		var st struct {
+			Offset  *int64
+			Members []any
+		}
+		rec := httptest.NewRecorder()
+		h2.ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), "GET", "/room/r", nil))
+		if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil || rec.Code != http.StatusOK || st.Offset == nil || st.Members == nil {
+			t.Fatalf("/room/r at n2: %d %s; want the room's state", rec.Code, rec.Body)
+		}
+		// The room's WebSockets are accepted at its owner: the answer names it.
+		if got := rec.Header().Get(core.OwnerHeader) + " " + rec.Header().Get(core.OwnerAddressHeader); got != "n1 http://10.0.0.1:8787" {
+			t.Fatalf("/room/r at n2 names %q; want n1 http://10.0.0.1:8787", got)
+		}
 		view2.CutCalls(true) // n2 cannot reach n1: a retryable 503
 		if code, body := do(t, h2, "GET", "/limit?key=k&n=1&limit=5&window=1h", nil); code != http.StatusServiceUnavailable || !strings.Contains(string(body), "cannot be reached") {
 			t.Fatalf("/limit at n2 cut from n1: %d %s; want 503, the owner's node cannot be reached", code, body)
@@ -169,14 +182,6 @@ func TestAPI_ClusterRoutesServedAtAnyNode(t *testing.T) {
 		get(t, h2, "/counter/stats?link=l", &cnt)
 		if cnt.Total != 3 || cnt.FlushAt != nil || len(cnt.Flushed) != 1 || cnt.Flushed[0].Count != 3 {
 			t.Fatalf("/counter/stats at n2 after n1's flush: %+v; want 3 flushed, as n1's store holds", cnt)
-		}
-		var st struct {
-			Offset  *int64
-			Members []any
-		}
-		get(t, h2, "/room/r", &st)
-		if st.Offset == nil || st.Members == nil {
-			t.Fatalf("/room/r at n2: %+v; want the room's state", st)
 		}
 		get(t, h2, "/session/end?id=s1", nil)
 		if code, body := do(t, h1, "GET", "/session/get?id=s1&key=user", nil); code != http.StatusNotFound {

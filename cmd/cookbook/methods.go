@@ -40,8 +40,9 @@ type methods struct {
 	// analytics store holds: the store of the node that runs it, the
 	// owner's, where the counter's flush writes.
 	counted func(ctx context.Context, c *core.Stub[*counter.Counter], link string) (counterAnswer, error)
-	// roomState answers a room's offset and members.
-	roomState func(ctx context.Context, r *core.Stub[*room.Room], _ struct{}) (room.State, error)
+	// roomState answers a room's offset and members, and in cluster mode
+	// the node that owns the room, where its WebSockets are accepted.
+	roomState func(ctx context.Context, r *core.Stub[*room.Room], _ struct{}) (roomAnswer, error)
 }
 
 type sessionEntry struct {
@@ -53,6 +54,12 @@ type sessionEntry struct {
 type sessionValue struct {
 	Answer  sessionAnswer `json:"answer"`
 	Missing bool          `json:"missing,omitempty"`
+}
+
+type roomAnswer struct {
+	State   room.State `json:"state"`
+	Node    string     `json:"node,omitempty"`    // the node that ran it: the room's owner; "" outside cluster mode
+	Address string     `json:"address,omitempty"` // the address that node advertises
 }
 
 type counterHits struct {
@@ -121,8 +128,22 @@ func (a *app) defineMethods() error {
 	}); err != nil {
 		return err
 	}
-	m.roomState, err = core.Define(a.rooms, "state", func(ctx context.Context, r *room.Room, _ struct{}) (room.State, error) {
-		return r.State()
+	m.roomState, err = core.Define(a.rooms, "state", func(ctx context.Context, r *room.Room, _ struct{}) (roomAnswer, error) {
+		st, err := r.State()
+		node, addr := a.self()
+		return roomAnswer{State: st, Node: node, Address: addr}, err
 	})
 	return err
+}
+
+// self returns this node's name and the address it advertises, "" outside
+// cluster mode.
+func (a *app) self() (node, address string) {
+	cs := a.rt.Stats().Cluster
+	for _, m := range cs.Nodes {
+		if m.Name == cs.Node {
+			return cs.Node, m.Address
+		}
+	}
+	return cs.Node, ""
 }

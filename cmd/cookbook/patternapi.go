@@ -354,12 +354,15 @@ func (a *app) room(w http.ResponseWriter, r *http.Request) {
 		jw.finish()
 		return
 	}
-	st, err := a.m.roomState(r.Context(), stub, struct{}{})
+	ans, err := a.m.roomState(r.Context(), stub, struct{}{})
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, st)
+	if ans.Node != "" { // cluster mode: where to join the room
+		core.SetOwnerHeaders(w.Header(), &core.NotOwnerError{Holder: ans.Node, Address: ans.Address})
+	}
+	writeJSON(w, http.StatusOK, ans.State)
 }
 
 // jsonErrors answers an error that a WebSocket handshake writes as text
