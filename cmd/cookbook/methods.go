@@ -6,10 +6,12 @@ package main
 // The patterns' own methods where one call is the route's answer (the
 // limiter's Allow, a session's Touch and End); otherwise the workshop's,
 // each one turn that reads what the answer shows, as the route did with a
-// closure. The inventory race and the lab stay closures: their namespaces
-// and modes are made at the node a request reaches, so another node could
-// not run them; in cluster mode, at a node that does not own the object,
-// they answer 421 naming the owner and its address.
+// closure. The inventory race and the lab stay closures given to
+// core.Call: the race's namespaces are made, one per Await, at the node a
+// request reaches, so another node could not run its calls, and the lab is
+// the original's hands-on session, as it was written. In cluster mode, at
+// a node that does not own the object, they answer 421 naming the owner
+// and its address.
 
 import (
 	"context"
