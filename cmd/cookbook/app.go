@@ -39,6 +39,7 @@ type app struct {
 	counters *core.Namespace[*counter.Counter]
 	rooms    *core.Namespace[*room.Room]
 	store    *counter.Store
+	m        methods // what the pattern routes call (methods.go)
 
 	invMu sync.Mutex // protects invs
 	invs  map[time.Duration]*core.Namespace[*inventory.Inventory]
@@ -71,6 +72,10 @@ func newApp(rt *core.Runtime, cfg appConfig) (*app, error) {
 		return nil, err
 	}
 	if a.rooms, err = room.Register(rt, "rooms", room.Options{}); err != nil {
+		a.store.Close()
+		return nil, err
+	}
+	if err = a.defineMethods(); err != nil {
 		a.store.Close()
 		return nil, err
 	}

@@ -119,7 +119,9 @@ func (c *clusterFlags) start(ctx context.Context, dataDir string, log *slog.Logg
 	if advertise == "" && c.listening != "" {
 		advertise = "http://" + c.listening
 	}
-	return &core.Replication{Node: c.node, Advertise: advertise, Log: eng, Leases: eng, Beacon: eng, LeaseTTL: c.leaseTTL}, func() { nc.Close(); stop() }, nil
+	// Calls: the workshop's methods called at any node run at the object's
+	// owner, over NATS request-reply (CL13, CL14).
+	return &core.Replication{Node: c.node, Advertise: advertise, Log: eng, Leases: eng, Beacon: eng, Calls: eng, LeaseTTL: c.leaseTTL}, func() { nc.Close(); stop() }, nil
 }
 
 // explain adds to the error of a shutdown that gave up why it did, when

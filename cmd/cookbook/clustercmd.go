@@ -238,7 +238,7 @@ func (c *clusterRun) printTry() {
 	n1, n2 := c.nodes[0], c.nodes[1]
 	lines := [][2]string{
 		{fmt.Sprintf(`curl -s "http://%s/session/touch?id=s1&key=user&value=ada"`, n1.http), n1.name + " owns s1's shard now"},
-		{fmt.Sprintf(`curl -si "http://%s/session/get?id=s1&key=user"`, n2.http), "421, naming " + n1.name + " and its address"},
+		{fmt.Sprintf(`curl -s "http://%s/session/get?id=s1&key=user"`, n2.http), "200: " + n2.name + " sends the call to " + n1.name + ", which answers"},
 		{fmt.Sprintf(`curl -s "http://%s/api/cluster"`, n2.http), "the members, and which node owns each shard"},
 		{fmt.Sprintf("kill -KILL %d", n1.cmd.Process.Pid), n1.name + " dies; within seconds another node serves s1"},
 	}

@@ -8,6 +8,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -20,10 +21,11 @@ import (
 )
 
 // One command starts three node processes, prints their pages, PIDs and
-// directories, and says when all are ready. A node SIGKILLed by its PID is
+// directories, and says when all are ready. A session and a limiter are
+// served at any node, the owner answering. A node SIGKILLed by its PID is
 // reported and not restarted, and the others serve its objects within
-// seconds, following the 421s' named owner; stopping the command stops
-// every node and waits for them. // S-CL12
+// seconds, through any of them, with their state; stopping the command
+// stops every node and waits for them. // S-CL12, S-CL14
 func TestCluster_OneCommandThreeNodes(t *testing.T) {
 	t.Setenv(asMainEnv, "1") // the nodes are this binary, run as the program
 	out := newWatchedWriter()
@@ -51,9 +53,17 @@ func TestCluster_OneCommandThreeNodes(t *testing.T) {
 	if code != http.StatusOK {
 		t.Fatalf("/session/touch on n1: %d %s", code, body)
 	}
-	code, h, body := httpGet(t, nodes["n2"].addr, "/session/get?id=s1&key=user")
-	if code != http.StatusMisdirectedRequest || h.Get("Durable-Owner") != "n1" || h.Get("Durable-Owner-Address") != "http://"+nodes["n1"].addr {
-		t.Fatalf("n2 while n1 owns s1: %d %v %s; want 421 naming n1 and its address", code, h, body)
+	code, _, body = httpGet(t, nodes["n2"].addr, "/session/get?id=s1&key=user")
+	if code != http.StatusOK || !strings.Contains(body, `"value": "ada"`) {
+		t.Fatalf("/session/get on n2 while n1 owns s1: %d %s; want 200, n1's answer", code, body)
+	}
+	code, _, body = httpGet(t, nodes["n1"].addr, "/limit?key=k&n=3&limit=5&window=1h")
+	if l := limitOf(body); code != http.StatusOK || l.Allowed != 3 {
+		t.Fatalf("/limit on n1: %d %s", code, body)
+	}
+	code, _, body = httpGet(t, nodes["n3"].addr, "/limit?key=k&n=1&limit=5&window=1h")
+	if l := limitOf(body); code != http.StatusOK || l.Allowed != 1 || l.Results[0].Remaining != 1 {
+		t.Fatalf("/limit on n3 while n1 owns k: %d %s; want 200, n1's 4th check", code, body)
 	}
 
 	if err := syscall.Kill(nodes["n1"].pid, syscall.SIGKILL); err != nil {
@@ -61,17 +71,13 @@ func TestCluster_OneCommandThreeNodes(t *testing.T) {
 	}
 	killed := time.Now()
 	out.wait(t, "cluster: node n1 (pid "+strconv.Itoa(nodes["n1"].pid)+") exited: signal: killed; not restarted")
-	addr := nodes["n2"].addr
 	for {
-		code, h, body = httpGet(t, addr, "/session/get?id=s1&key=user")
+		code, _, body = httpGet(t, nodes["n2"].addr, "/session/get?id=s1&key=user")
 		if code == http.StatusOK {
 			break
 		}
 		if time.Since(killed) > 45*time.Second {
-			t.Fatalf("no node serves s1 45 s after n1 was killed: %d %s", code, body)
-		}
-		if a := strings.TrimPrefix(h.Get("Durable-Owner-Address"), "http://"); code == http.StatusMisdirectedRequest && a != "" && a != nodes["n1"].addr {
-			addr = a // the refusal names the new owner
+			t.Fatalf("n2 does not serve s1 45 s after n1 was killed: %d %s", code, body)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -79,6 +85,28 @@ func TestCluster_OneCommandThreeNodes(t *testing.T) {
 		t.Fatalf("s1 after n1 was killed: %s; want its value", body)
 	}
 	t.Logf("s1 served again %v after n1 was killed", time.Since(killed).Round(10*time.Millisecond))
+	// Both survivors serve it, and the limiter's key with its four checks,
+	// whichever of them took each over.
+	for _, n := range []string{"n2", "n3"} {
+		code, _, body = httpGet(t, nodes[n].addr, "/session/get?id=s1&key=user")
+		if code != http.StatusOK || !strings.Contains(body, `"value": "ada"`) {
+			t.Fatalf("/session/get on %s after n1 was killed: %d %s; want 200 and the value", n, code, body)
+		}
+	}
+	for {
+		code, _, body = httpGet(t, nodes["n2"].addr, "/limit?key=k&n=1&limit=5&window=1h")
+		if code == http.StatusOK || time.Since(killed) > 45*time.Second {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if l := limitOf(body); code != http.StatusOK || l.Allowed != 1 || l.Results[0].Remaining != 0 {
+		t.Fatalf("/limit on n2 after n1 was killed: %d %s; want the 5th check, none remaining", code, body)
+	}
+	code, _, body = httpGet(t, nodes["n3"].addr, "/limit?key=k&n=1&limit=5&window=1h")
+	if l := limitOf(body); code != http.StatusOK || l.Refused != 1 {
+		t.Fatalf("/limit on n3 after n1 was killed: %d %s; want the 6th check refused", code, body)
+	}
 
 	cancel()
 	if err := <-done; err != nil {
@@ -105,4 +133,11 @@ func httpGet(t *testing.T, addr, path string) (int, http.Header, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, resp.Header, string(b)
+}
+
+// limitOf reads a /limit answer; a body that is not one reads as none.
+func limitOf(body string) limitResult {
+	l := limitResult{Results: []limitCheck{{}}}
+	json.Unmarshal([]byte(body), &l)
+	return l
 }

@@ -224,7 +224,8 @@ func errorStatus(err error) (int, string) {
 	case errors.Is(err, core.ErrNotOwner), errors.Is(err, core.ErrFenced):
 		// Cluster mode: another node serves the object (the message names it).
 		return http.StatusMisdirectedRequest, err.Error()
-	case errors.Is(err, core.ErrLeaseUnproven):
+	case errors.Is(err, core.ErrLeaseUnproven), errors.Is(err, core.ErrUnreachable):
+		// Retryable: the lease, or the owner's node, may answer soon.
 		return http.StatusServiceUnavailable, err.Error()
 	}
 	return http.StatusInternalServerError, err.Error()

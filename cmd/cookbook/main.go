@@ -19,7 +19,10 @@
 // their logs prefixed with their names, says when all are ready, and
 // restarts nothing: a node that exits (kill -KILL its PID) is reported with
 // the command that starts it again. On SIGINT or SIGTERM it stops its
-// nodes (SIGTERM, then SIGKILL after a grace) and waits for them.
+// nodes (SIGTERM, then SIGKILL after a grace) and waits for them. In
+// cluster mode the pattern routes are served at any node, the object's
+// owner running them (methods.go); the lab, the inventory race and a
+// room's WebSocket upgrade answer 421 at the others, naming the owner.
 //
 // serve stops on SIGINT or SIGTERM: it stops accepting requests, lets those
 // in flight finish, then shuts the runtime down (Runtime.Shutdown; 10 s of

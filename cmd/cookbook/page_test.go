@@ -309,3 +309,33 @@ func TestPage_SkipsAHistoryItCannotRead(t *testing.T) {
 		}
 	}
 }
+
+// In cluster mode a room's WebSockets are accepted by the node that owns
+// the room: the page of another node, refused, says which node that is
+// and links its page, where the room joins live. // S-CL14
+func TestPage_RoomOnAnotherNode(t *testing.T) {
+	c := replogtest.NewMemCluster()
+	var h1, h2 http.Handler
+	srv1 := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h1.ServeHTTP(w, r) }))
+	srv2 := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h2.ServeHTTP(w, r) }))
+	_, _, h1 = clusterPeer(t, c, "n1", "http://"+srv1.Listener.Addr().String(), true)
+	_, _, h2 = clusterPeer(t, c, "n2", "http://"+srv2.Listener.Addr().String(), true)
+	srv1.Start()
+	t.Cleanup(srv1.Close)
+	srv2.Start()
+	t.Cleanup(srv2.Close)
+	tab := browser(t)
+	runStep(t, tab, "the browser starts", chromedp.Navigate("about:blank"))
+	// n1 owns the room (for IdleTimeout after its last call, 10 s: the
+	// browser has started by now).
+	get(t, h1, "/room/lobby", nil)
+	runStep(t, tab, "n2's page names n1 as the room's node and links its page",
+		chromedp.Navigate(srv2.URL+"/?room=lobby&name=ann"),
+		until(`!!document.querySelector("#chat-owner")`),
+		until(`document.querySelector("#chat-owner").href === `+strconv.Quote(srv1.URL+"/?room=lobby&name=ann")),
+		until(`document.querySelector("#chat-log").textContent.includes("room lobby is on node n1")`))
+	runStep(t, tab, "the link's page joins the room live at n1",
+		chromedp.Navigate(srv1.URL+"/?room=lobby&name=ann"),
+		until(`document.querySelector("#chat-status").textContent === "live"`),
+		until(`!document.querySelector("#chat-owner")`))
+}

@@ -21,7 +21,6 @@ import (
 	"github.com/durable-go/durable/patterns/counter"
 	"github.com/durable-go/durable/patterns/inventory"
 	"github.com/durable-go/durable/patterns/limiter"
-	"github.com/durable-go/durable/patterns/room"
 	"github.com/durable-go/durable/patterns/session"
 )
 
@@ -66,9 +65,7 @@ func (a *app) limit(r *http.Request) (any, error) {
 	}
 	out := limitResult{Key: key, Limit: limit, Window: window.String(), Results: make([]limitCheck, 0, n)}
 	for range n {
-		d, err := core.Call(r.Context(), stub, func(ctx context.Context, l *limiter.Limiter) (limiter.Decision, error) {
-			return l.Allow(ctx, limit, window)
-		})
+		d, err := a.m.limiter.Allow(r.Context(), stub, limiter.Check{Limit: limit, Window: window})
 		if err != nil {
 			return nil, err
 		}
@@ -223,18 +220,15 @@ func (a *app) sessionTouch(r *http.Request) (any, error) {
 		return nil, err
 	}
 	key, value := r.Form.Get("key"), r.Form.Get("value")
-	return core.Call(r.Context(), stub, func(ctx context.Context, s *session.Session) (sessionAnswer, error) {
-		ans := sessionAnswer{ID: id, Key: key}
-		if key != "" {
-			if err := s.Set(ctx, key, []byte(value)); err != nil {
-				return ans, err
-			}
-			ans.Value = &value
-		} else if _, err := s.Touch(ctx); err != nil {
-			return ans, err
-		}
-		return ans, deadlineInto(ctx, s, &ans)
-	})
+	if key != "" {
+		return a.m.setValue(r.Context(), stub, sessionEntry{ID: id, Key: key, Value: value})
+	}
+	at, err := a.m.session.Touch(r.Context(), stub, struct{}{})
+	if err != nil {
+		return nil, err
+	}
+	ms := at.UnixMilli()
+	return sessionAnswer{ID: id, Deadline: &ms}, nil
 }
 
 func (a *app) sessionGet(r *http.Request) (any, error) {
@@ -246,20 +240,14 @@ func (a *app) sessionGet(r *http.Request) (any, error) {
 	if key == "" {
 		return nil, badParam("key", "the key of a value set with /session/touch?key=&value=", key)
 	}
-	ans, err := core.Call(r.Context(), stub, func(ctx context.Context, s *session.Session) (sessionAnswer, error) {
-		ans := sessionAnswer{ID: id, Key: key}
-		v, err := s.Get(ctx, key)
-		if err != nil {
-			return ans, err
-		}
-		str := string(v)
-		ans.Value = &str
-		return ans, deadlineInto(ctx, s, &ans)
-	})
-	if errors.Is(err, session.ErrNotFound) {
+	v, err := a.m.getValue(r.Context(), stub, sessionEntry{ID: id, Key: key})
+	if err != nil {
+		return nil, err
+	}
+	if v.Missing {
 		return nil, notFound("session %s has no value under %s: never set, or the session expired", clip(id), clip(key))
 	}
-	return ans, err
+	return v.Answer, nil
 }
 
 func (a *app) sessionEnd(r *http.Request) (any, error) {
@@ -267,9 +255,10 @@ func (a *app) sessionEnd(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return core.Call(r.Context(), stub, func(ctx context.Context, s *session.Session) (sessionAnswer, error) {
-		return sessionAnswer{ID: id}, s.End(ctx)
-	})
+	if _, err := a.m.session.End(r.Context(), stub, struct{}{}); err != nil {
+		return nil, err
+	}
+	return sessionAnswer{ID: id}, nil
 }
 
 func deadlineInto(ctx context.Context, s *session.Session, ans *sessionAnswer) error {
@@ -314,15 +303,7 @@ func (a *app) counterRecord(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return core.Call(r.Context(), stub, func(ctx context.Context, c *counter.Counter) (counterAnswer, error) {
-		ans := counterAnswer{Link: link, Recorded: n}
-		for range n {
-			if err := c.Record(ctx); err != nil {
-				return ans, err
-			}
-		}
-		return ans, counterInto(ctx, c, &ans)
-	})
+	return a.m.record(r.Context(), stub, counterHits{Link: link, N: n})
 }
 
 func (a *app) counterStats(r *http.Request) (any, error) {
@@ -330,22 +311,7 @@ func (a *app) counterStats(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	ans, err := core.Call(r.Context(), stub, func(ctx context.Context, c *counter.Counter) (counterAnswer, error) {
-		ans := counterAnswer{Link: link}
-		return ans, counterInto(ctx, c, &ans)
-	})
-	if err != nil {
-		return nil, err
-	}
-	counts, err := a.store.Counts(r.Context(), link)
-	if err != nil {
-		return nil, err
-	}
-	ans.Flushed = []bucketCount{}
-	for _, c := range counts {
-		ans.Flushed = append(ans.Flushed, bucketCount{Bucket: c.Bucket.UnixMilli(), Count: c.N})
-	}
-	return ans, nil
+	return a.m.counted(r.Context(), stub, link)
 }
 
 func counterInto(ctx context.Context, c *counter.Counter, ans *counterAnswer) error {
@@ -388,12 +354,15 @@ func (a *app) room(w http.ResponseWriter, r *http.Request) {
 		jw.finish()
 		return
 	}
-	st, err := core.Call(r.Context(), stub, func(ctx context.Context, rm *room.Room) (room.State, error) { return rm.State() })
+	ans, err := a.m.roomState(r.Context(), stub, struct{}{})
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, st)
+	if ans.Node != "" { // cluster mode: where to join the room
+		core.SetOwnerHeaders(w.Header(), &core.NotOwnerError{Holder: ans.Node, Address: ans.Address})
+	}
+	writeJSON(w, http.StatusOK, ans.State)
 }
 
 // jsonErrors answers an error that a WebSocket handshake writes as text
