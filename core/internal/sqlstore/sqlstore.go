@@ -1,7 +1,9 @@
 // Package sqlstore is one SQLite database file used by one owner at a time: a single connection,
 // caches of prepared statements (the owner's and its user's, kept apart), and an authorizer keeping
 // transaction control, attached databases, settings and the owner's tables (named with a prefix)
-// from user SQL. New databases start as a copy of a template.
+// from user SQL. New databases start as a copy of a template. Quiesce gives back the memory of a
+// database left idle (its page cache, statements and lookaside), and its next statement takes
+// what it needs again.
 package sqlstore
 
 import (
@@ -52,7 +54,17 @@ type DB struct {
 	internal bool                   // the owner's own statement is running: authorize all
 	denied   string                 // why the authorizer refused the last user statement
 	query    string                 // the user statement being prepared
+	quiet    bool                   // Quiesce gave the memory back; the next statement takes it again
+	noLook   bool                   // Quiesce turned the lookaside allocator off
+	woke     func()                 // Quiesce's caller, told when the database is in use again
 }
+
+// SQLite's default lookaside allocator (SQLITE_DEFAULT_LOOKASIDE): 40 slots of 1,200 bytes, taken by
+// each connection at open. A database in use gets it back after Quiesce.
+const (
+	lookasideSlot  = 1200
+	lookasideSlots = 40
+)
 
 // BuildTemplate returns the bytes of an empty WAL-mode database holding schema. New databases start
 // as a copy of it: one file write and two fsyncs instead of SQLite's journaled creation.
@@ -206,9 +218,19 @@ func Open(path, synchronous, prefix string, template func() ([]byte, error)) (*D
 }
 
 // noCheckpointOnClose sets SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE on the driver's connection and reports
-// whether it could. The driver has no method for it: the connection's handle is read from its
-// fields by name, and a driver without them keeps SQLite's checkpoint at close.
+// whether it could; a driver without the handle (see handle) keeps SQLite's checkpoint at close.
 func noCheckpointOnClose(dc any) bool {
+	var rc int32 = sqlite3.SQLITE_ERROR
+	handle(dc, func(t *libc.TLS, h uintptr) {
+		rc = dbConfig(t, h, sqlite3.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, int32(1), uintptr(0))
+	})
+	return rc == sqlite3.SQLITE_OK
+}
+
+// handle calls fn with the SQLite handle of the driver's connection and the connection's thread
+// state, and reports whether it could. The driver has no method for them: they are read from its
+// fields by name, and a driver without them is left alone.
+func handle(dc any, fn func(t *libc.TLS, h uintptr)) bool {
 	v := reflect.ValueOf(dc)
 	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
 		return false
@@ -222,9 +244,95 @@ func noCheckpointOnClose(dc any) bool {
 	if t == nil || h == 0 {
 		return false
 	}
-	va := t.Alloc(16)
-	defer t.Free(16)
-	return sqlite3.Xsqlite3_db_config(t, h, sqlite3.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, libc.VaList(va, int32(1), uintptr(0))) == sqlite3.SQLITE_OK
+	fn(t, h)
+	return true
+}
+
+// dbConfig calls sqlite3_db_config(h, op, args...).
+func dbConfig(t *libc.TLS, h uintptr, op int32, args ...any) int32 {
+	va := t.Alloc(8 * len(args))
+	defer t.Free(8 * len(args))
+	return sqlite3.Xsqlite3_db_config(t, h, op, libc.VaList(va, args...))
+}
+
+// Quiesce gives back what the database holds in memory beyond its connection, for an owner that
+// expects it to stay idle: its prepared statements (the owner's, its user's and the transaction
+// statements), SQLite's page cache (the pages go back to the allocator; the file and the operating
+// system's cache still hold them) and the connection's lookaside allocator. Nothing durable is
+// touched: no transaction may be open (the owner's next statement is the first since its last
+// commit), and no setting changes but the lookaside's, which the next statement restores before it
+// is prepared. woke, if not nil, is called then, once. The caller is the database's one user, as
+// for any statement.
+func (s *DB) Quiesce(woke func()) error {
+	if s.quiet {
+		return nil
+	}
+	s.ForgetStmts()
+	s.closeOwn()
+	err := s.conn.Raw(func(dc any) error {
+		handle(dc, func(t *libc.TLS, h uintptr) {
+			sqlite3.Xsqlite3_db_release_memory(t, h)
+			// Refused (SQLITE_BUSY) while any lookaside slot is in use: the allocator is then kept.
+			s.noLook = dbConfig(t, h, sqlite3.SQLITE_DBCONFIG_LOOKASIDE, uintptr(0), int32(0), int32(0)) == sqlite3.SQLITE_OK
+		})
+		return nil
+	})
+	s.quiet, s.woke = true, woke
+	return err
+}
+
+// wake undoes Quiesce before the database's next statement: the lookaside allocator comes back
+// (statements and the pages come back as they are used).
+func (s *DB) wake() {
+	if s.noLook {
+		s.noLook = false
+		s.conn.Raw(func(dc any) error {
+			handle(dc, func(t *libc.TLS, h uintptr) {
+				dbConfig(t, h, sqlite3.SQLITE_DBCONFIG_LOOKASIDE, uintptr(0), int32(lookasideSlot), int32(lookasideSlots))
+			})
+			return nil
+		})
+	}
+	s.awake()
+}
+
+// awake ends the quiet state and tells Quiesce's caller.
+func (s *DB) awake() {
+	s.quiet = false
+	if w := s.woke; w != nil {
+		s.woke = nil
+		w()
+	}
+}
+
+// Quiet reports whether the database is quiesced: Quiesce gave its memory back and no statement
+// has run since.
+func (s *DB) Quiet() bool { return s.quiet }
+
+// Memory is what a database holds in memory, as SQLite counts it (sqlite3_db_status): its page
+// cache, its prepared statements, and the lookaside slots in use.
+type Memory struct{ Cache, Stmts, Lookaside int }
+
+// Memory returns what the database holds in memory now.
+func (s *DB) Memory() (Memory, error) {
+	var m Memory
+	err := s.conn.Raw(func(dc any) error {
+		st, ok := dc.(sqlite.DBStatus)
+		if !ok {
+			return fmt.Errorf("sqlite driver has no status")
+		}
+		var err error
+		for _, c := range []struct {
+			op  sqlite.DBStatusOp
+			out *int
+		}{{sqlite.DBStatusCacheUsed, &m.Cache}, {sqlite.DBStatusStmtUsed, &m.Stmts}, {sqlite.DBStatusLookasideUsed, &m.Lookaside}} {
+			if *c.out, _, err = st.Status(c.op, false); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return m, err
 }
 
 // Close closes the statements and the database. A write-ahead log that is not kept at close (see
@@ -237,23 +345,13 @@ func (s *DB) Close() error {
 		fi, err := os.Stat(s.path + "-wal")
 		trim = err == nil && fi.Size() > WALTrim
 	}
+	s.noLook = false // a quiesced database closes without taking its lookaside back
+	s.awake()
 	if trim {
 		ckpt = s.ExecOwn("PRAGMA wal_checkpoint(TRUNCATE)")
 	}
-	for _, st := range s.stmts {
-		st.Close()
-	}
-	for _, st := range s.own {
-		st.Close()
-	}
-	if len(s.control) > 0 {
-		s.conn.Raw(func(any) error {
-			for _, st := range s.control {
-				st.Close()
-			}
-			return nil
-		})
-	}
+	s.ForgetStmts()
+	s.closeOwn()
 	s.stmts, s.own, s.control = nil, nil, nil
 	fileOps.Lock()
 	err := s.conn.Close()
@@ -275,6 +373,9 @@ func (s *DB) Stmt(query string) (*sql.Stmt, error) {
 }
 
 func (s *DB) prepare(cache map[string]*sql.Stmt, query string) (*sql.Stmt, error) {
+	if s.quiet {
+		s.wake()
+	}
 	if st, ok := cache[query]; ok {
 		return st, nil
 	}
@@ -297,6 +398,9 @@ func (s *DB) prepare(cache map[string]*sql.Stmt, query string) (*sql.Stmt, error
 // COMMIT: no arguments, no rows) on the driver's connection directly, prepared once: a turn runs
 // two of them, so they skip database/sql's statement machinery.
 func (s *DB) Control(query string) error {
+	if s.quiet {
+		s.wake()
+	}
 	s.internal = true
 	defer func() { s.internal = false }()
 	return s.conn.Raw(func(dc any) error {
@@ -369,6 +473,23 @@ func (s *DB) ForgetStmts() {
 	for q, stmt := range s.stmts {
 		stmt.Close()
 		delete(s.stmts, q)
+	}
+}
+
+// closeOwn closes the owner's cached statements and its transaction statements.
+func (s *DB) closeOwn() {
+	for q, stmt := range s.own {
+		stmt.Close()
+		delete(s.own, q)
+	}
+	if len(s.control) > 0 {
+		s.conn.Raw(func(any) error {
+			for q, st := range s.control {
+				st.Close()
+				delete(s.control, q)
+			}
+			return nil
+		})
 	}
 }
 
