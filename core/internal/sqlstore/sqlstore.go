@@ -277,8 +277,11 @@ func (s *DB) Quiesce(woke func()) error {
 		})
 		return nil
 	})
+	if err != nil {
+		return err
+	}
 	s.quiet, s.woke = true, woke
-	return err
+	return nil
 }
 
 // wake undoes Quiesce before the database's next statement: the lookaside allocator comes back
