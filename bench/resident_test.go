@@ -61,6 +61,7 @@ func BenchmarkResident(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		waitQuiet(b, rt, objects)
 		heap1, rss1 := memInUse(b)
 		fds = append(fds, float64(openFDs(b)-fd0)/objects)
 		if st := rt.Stats(); st.Resident != objects || st.OpenDBs != objects {
@@ -75,6 +76,19 @@ func BenchmarkResident(b *testing.B) {
 	b.ReportMetric(median(heap), "B/resident-object")
 	b.ReportMetric(median(rss), "rss-B/resident-object")
 	b.ReportMetric(median(fds), "fds/resident-object")
+}
+
+// waitQuiet waits until n open databases have given their memory back (Stats.QuietDBs), which the
+// runtime does a second after an object's last call.
+func waitQuiet(b *testing.B, rt *core.Runtime, n int64) {
+	b.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for rt.Stats().QuietDBs < n {
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d databases quiet after a minute", rt.Stats().QuietDBs, n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // BenchmarkResidentBare is BenchmarkResident's baseline: 1,000 databases
