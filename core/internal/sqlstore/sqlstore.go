@@ -16,14 +16,10 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"sync"
-	"unsafe"
 
-	"modernc.org/libc"
 	"modernc.org/sqlite"
-	sqlite3 "modernc.org/sqlite/lib"
 )
 
 const maxCachedStmts = 256 // per cache of prepared statements
@@ -58,13 +54,6 @@ type DB struct {
 	noLook   bool                   // Quiesce turned the lookaside allocator off
 	woke     func()                 // Quiesce's caller, told when the database is in use again
 }
-
-// SQLite's default lookaside allocator (SQLITE_DEFAULT_LOOKASIDE): 40 slots of 1,200 bytes, taken by
-// each connection at open. A database in use gets it back after Quiesce.
-const (
-	lookasideSlot  = 1200
-	lookasideSlots = 40
-)
 
 // BuildTemplate returns the bytes of an empty WAL-mode database holding schema. New databases start
 // as a copy of it: one file write and two fsyncs instead of SQLite's journaled creation.
@@ -215,127 +204,6 @@ func Open(path, synchronous, prefix string, template func() ([]byte, error)) (*D
 		return nil, err
 	}
 	return s, nil
-}
-
-// noCheckpointOnClose sets SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE on the driver's connection and reports
-// whether it could; a driver without the handle (see handle) keeps SQLite's checkpoint at close.
-func noCheckpointOnClose(dc any) bool {
-	var rc int32 = sqlite3.SQLITE_ERROR
-	handle(dc, func(t *libc.TLS, h uintptr) {
-		rc = dbConfig(t, h, sqlite3.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, int32(1), uintptr(0))
-	})
-	return rc == sqlite3.SQLITE_OK
-}
-
-// handle calls fn with the SQLite handle of the driver's connection and the connection's thread
-// state, and reports whether it could. The driver has no method for them: they are read from its
-// fields by name, and a driver without them is left alone.
-func handle(dc any, fn func(t *libc.TLS, h uintptr)) bool {
-	v := reflect.ValueOf(dc)
-	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
-		return false
-	}
-	db, tls := v.Elem().FieldByName("db"), v.Elem().FieldByName("tls")
-	if !db.IsValid() || db.Kind() != reflect.Uintptr || !tls.IsValid() || tls.Type() != reflect.TypeFor[*libc.TLS]() {
-		return false
-	}
-	t := (*libc.TLS)(unsafe.Pointer(tls.Pointer()))
-	h := uintptr(db.Uint())
-	if t == nil || h == 0 {
-		return false
-	}
-	fn(t, h)
-	return true
-}
-
-// dbConfig calls sqlite3_db_config(h, op, args...).
-func dbConfig(t *libc.TLS, h uintptr, op int32, args ...any) int32 {
-	va := t.Alloc(8 * len(args))
-	defer t.Free(8 * len(args))
-	return sqlite3.Xsqlite3_db_config(t, h, op, libc.VaList(va, args...))
-}
-
-// Quiesce gives back what the database holds in memory beyond its connection, for an owner that
-// expects it to stay idle: its prepared statements (the owner's, its user's and the transaction
-// statements), SQLite's page cache (the pages go back to the allocator; the file and the operating
-// system's cache still hold them) and the connection's lookaside allocator. Nothing durable is
-// touched: no transaction may be open (the owner's next statement is the first since its last
-// commit), and no setting changes but the lookaside's, which the next statement restores before it
-// is prepared. woke, if not nil, is called then, once. The caller is the database's one user, as
-// for any statement.
-func (s *DB) Quiesce(woke func()) error {
-	if s.quiet {
-		return nil
-	}
-	s.ForgetStmts()
-	s.closeOwn()
-	err := s.conn.Raw(func(dc any) error {
-		handle(dc, func(t *libc.TLS, h uintptr) {
-			sqlite3.Xsqlite3_db_release_memory(t, h)
-			// Refused (SQLITE_BUSY) while any lookaside slot is in use: the allocator is then kept.
-			s.noLook = dbConfig(t, h, sqlite3.SQLITE_DBCONFIG_LOOKASIDE, uintptr(0), int32(0), int32(0)) == sqlite3.SQLITE_OK
-		})
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	s.quiet, s.woke = true, woke
-	return nil
-}
-
-// wake undoes Quiesce before the database's next statement: the lookaside allocator comes back
-// (statements and the pages come back as they are used).
-func (s *DB) wake() {
-	if s.noLook {
-		s.noLook = false
-		s.conn.Raw(func(dc any) error {
-			handle(dc, func(t *libc.TLS, h uintptr) {
-				dbConfig(t, h, sqlite3.SQLITE_DBCONFIG_LOOKASIDE, uintptr(0), int32(lookasideSlot), int32(lookasideSlots))
-			})
-			return nil
-		})
-	}
-	s.awake()
-}
-
-// awake ends the quiet state and tells Quiesce's caller.
-func (s *DB) awake() {
-	s.quiet = false
-	if w := s.woke; w != nil {
-		s.woke = nil
-		w()
-	}
-}
-
-// Quiet reports whether the database is quiesced: Quiesce gave its memory back and no statement
-// has run since.
-func (s *DB) Quiet() bool { return s.quiet }
-
-// Memory is what a database holds in memory, as SQLite counts it (sqlite3_db_status): its page
-// cache, its prepared statements, and the lookaside slots in use.
-type Memory struct{ Cache, Stmts, Lookaside int }
-
-// Memory returns what the database holds in memory now.
-func (s *DB) Memory() (Memory, error) {
-	var m Memory
-	err := s.conn.Raw(func(dc any) error {
-		st, ok := dc.(sqlite.DBStatus)
-		if !ok {
-			return fmt.Errorf("sqlite driver has no status")
-		}
-		var err error
-		for _, c := range []struct {
-			op  sqlite.DBStatusOp
-			out *int
-		}{{sqlite.DBStatusCacheUsed, &m.Cache}, {sqlite.DBStatusStmtUsed, &m.Stmts}, {sqlite.DBStatusLookasideUsed, &m.Lookaside}} {
-			if *c.out, _, err = st.Status(c.op, false); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	return m, err
 }
 
 // Close closes the statements and the database. A write-ahead log that is not kept at close (see
