@@ -117,14 +117,15 @@ func (o *object) tryEvict() bool {
 
 // quiesce makes the open database of an idle object give back the memory its turns left there:
 // page cache, statements, lookaside (sqlstore.Quiesce); its next turn takes what it needs again.
-// It takes the gate only if the object is idle, as tryEvict does, and frees it without counting as
-// a use: the object's idle time (for eviction) and its place in the LRU order stay as they were. A
-// caller that queued meanwhile is handed the gate.
-func (o *object) quiesce() {
+// It takes the gate only if the object has been idle for after (by now), in the same step as it
+// checks, as tryEvict does, and frees it without counting as a use: the object's idle time (for
+// eviction) and its place in the LRU order stay as they were. A caller that queued meanwhile is
+// handed the gate. It reports whether it quiesced the database.
+func (o *object) quiesce(now time.Time, after time.Duration) (done bool) {
 	o.mu.Lock()
-	if o.evicted || o.held || o.head != nil || o.awaiting > 0 {
+	if o.evicted || o.held || o.head != nil || o.awaiting > 0 || now.Sub(o.lastActive) < after {
 		o.mu.Unlock()
-		return
+		return false
 	}
 	o.held = true
 	o.mu.Unlock()
@@ -135,16 +136,18 @@ func (o *object) quiesce() {
 		} else {
 			o.quiet.Store(true)
 			o.rt.quietDBs.Add(1)
+			done = true
 		}
 	}
 	o.mu.Lock()
 	if o.head == nil { // the gate is free again, with the object's last use as it was
 		o.held = false
 		o.mu.Unlock()
-		return
+		return done
 	}
 	o.mu.Unlock()
 	o.release()
+	return done
 }
 
 // woke is told by a quiesced database when it is used again or closed.

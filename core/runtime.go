@@ -400,9 +400,8 @@ func (rt *Runtime) evictIdle(now time.Time) {
 				if o.tryEvict() {
 					o.evict("idle")
 				}
-			case quiesce > 0 && d >= rt.quietAfter() && o.hasStore.Load() && !o.quiet.Load():
+			case quiesce > 0 && o.hasStore.Load() && !o.quiet.Load() && o.quiesce(now, rt.quietAfter()):
 				quiesce--
-				o.quiesce()
 			}
 		}
 	}
