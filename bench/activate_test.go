@@ -36,6 +36,13 @@ import (
 // the files are still in the OS page cache, as they would be on a server
 // that evicted them seconds ago.
 //
+// object=quiet is the latency of a call that reads row 1 of an object
+// that is in memory, its database open, but idle long enough (a second)
+// that the database gave its memory back (Stats.QuietDBs): the call takes
+// the lookaside allocator back, prepares its statements again and reads
+// its pages from the OS page cache. object=resident is the same call to an
+// object that was called a moment ago: the cost the quiet one adds.
+//
 // object=new measures creation of new objects by 16 concurrent callers:
 // each call goes to a new name, whose constructor creates the table and
 // inserts a row, and returns once that is durable (one database file
@@ -52,6 +59,8 @@ func BenchmarkActivate(b *testing.B) {
 	b.Run("rows=100000/after=restart/impl=runtime", func(b *testing.B) { benchActivateRows(b, false) })
 	b.Run("rows=100000/after=restart/impl=bare", func(b *testing.B) { benchActivateRows(b, true) })
 	b.Run("object=evicted-lru", benchActivateLRU)
+	b.Run("object=quiet", func(b *testing.B) { benchCallResident(b, true) })
+	b.Run("object=resident", func(b *testing.B) { benchCallResident(b, false) })
 	b.Run("object=new/callers=16", func(b *testing.B) { benchActivateNew(b, 16) })
 }
 
@@ -118,6 +127,36 @@ func benchActivateLRU(b *testing.B) {
 	}
 	if got := rt.Stats().Constructs - before; got != int64(len(lat)) {
 		b.Fatalf("%d constructor runs for %d activations: not every call was an activation", got, len(lat))
+	}
+	reportLatency(b, lat)
+}
+
+func benchCallResident(b *testing.B, quiet bool) {
+	const pool = 256
+	ctx := context.Background()
+	rt := openRuntime(b, core.Options{IdleTimeout: time.Hour})
+	defer closeRuntime(b, rt)
+	stubs := registerTables(b, rt, pool)
+	read := func(ctx context.Context, t *table) error {
+		var v string
+		return t.st.Storage().QueryRow(ctx, selectFirst).Scan(&v)
+	}
+	activate(b, stubs)
+	lat := make([]time.Duration, 0, 4096)
+	for b.Loop() {
+		if n := len(lat) % pool; n == 0 && quiet {
+			b.StopTimer()
+			waitQuiet(b, rt, pool)
+			b.StartTimer()
+		}
+		start := time.Now()
+		if err := core.Do(ctx, stubs[len(lat)%pool], read); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(start))
+	}
+	if q := rt.Stats().QuietDBs; !quiet && q != 0 {
+		b.Fatalf("%d databases quiet: the resident objects' calls were not all to busy objects", q)
 	}
 	reportLatency(b, lat)
 }

@@ -35,8 +35,11 @@
 //     (rows=100000/after=restart/impl=bare); and the rate at which new
 //     objects with storage are created.
 //   - BenchmarkResident: the memory an idle resident object with an open
-//     database costs, from the Go heap and from the process's RSS, and its
-//     file descriptors; BenchmarkResidentBare: the same for bare SQLite.
+//     database costs once its database is quiet (it gave its memory back a
+//     second after the object's last call), from the Go heap and from the
+//     process's RSS, and its file descriptors; BenchmarkResidentBare: the
+//     same for bare SQLite. BenchmarkActivate/object=quiet is what the
+//     first call to such an object pays for it, beside object=resident.
 //   - BenchmarkManyKeys: durable writes spread over 1,000, 10,000 (and
 //     100,000, 1,000,000) objects by 64 callers, keys drawn round robin
 //     (MaxOpenObjects 1,024, the worst case: past the cache every call

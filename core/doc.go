@@ -66,7 +66,9 @@
 // tables if missing or damaged. A known object whose database is missing, empty or damaged (a bad
 // header at its first open, a corrupt page met as it is read, or a failed quick check, which runs
 // in the background after the first open) refuses with ErrDamaged (a *DamagedError) until
-// Admin.Quarantine or Admin.Restore repairs it; Admin.Backup copies a running directory. Objects idle for Options.IdleTimeout (10 s),
+// Admin.Quarantine or Admin.Restore repairs it; Admin.Backup copies a running directory. An object
+// idle for a second keeps its database open but gives back its memory (page cache, statements,
+// lookaside: Stats.QuietDBs); objects idle for Options.IdleTimeout (10 s),
 // or past Options.MaxOpenObjects (by default sized by the descriptor limit and memory; Stats says
 // what was chosen), are evicted: the database closes (with no checkpoint at
 // synchronous=FULL unless its log is past 128 KiB; always at NORMAL), and the next event runs the

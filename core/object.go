@@ -45,6 +45,7 @@ type object struct {
 	alarmAgain atomic.Bool          // a fire came meanwhile: the run looks again when it ends (alarm.go)
 	gone       atomic.Bool          // mirrors evicted for lock-free checks
 	hasStore   atomic.Bool          // a database is open and counted (cleared as an eviction begins)
+	quiet      atomic.Bool          // its database is quiesced (set by quiesce, cleared by woke)
 	reads      atomic.Int64         // rows read by its turns (storage.go)
 	writes     atomic.Int64         // rows written by its turns (storage.go)
 
@@ -112,6 +113,47 @@ func (o *object) tryEvict() bool {
 	o.evicted, o.held = true, true
 	o.gone.Store(true)
 	return true
+}
+
+// quiesce makes the open database of an idle object give back the memory its turns left there:
+// page cache, statements, lookaside (sqlstore.Quiesce); its next turn takes what it needs again.
+// It takes the gate only if the object has been idle for after (by now), in the same step as it
+// checks, as tryEvict does, and frees it without counting as a use: the object's idle time (for
+// eviction) and its place in the LRU order stay as they were. A caller that queued meanwhile is
+// handed the gate. It reports whether it quiesced the database.
+func (o *object) quiesce(now time.Time, after time.Duration) (done bool) {
+	o.mu.Lock()
+	if o.evicted || o.held || o.head != nil || o.awaiting > 0 || now.Sub(o.lastActive) < after {
+		o.mu.Unlock()
+		return false
+	}
+	o.held = true
+	o.mu.Unlock()
+	if st := o.store; st != nil && !st.Quiet() {
+		if err := st.Quiesce(o.woke); err != nil {
+			o.rt.log.Warn("an idle object's database could not give its memory back", "event", "quiesce_failed",
+				"namespace", o.ns.name, "name", o.place.name, "error", err)
+		} else {
+			o.quiet.Store(true)
+			o.rt.quietDBs.Add(1)
+			done = true
+		}
+	}
+	o.mu.Lock()
+	if o.head == nil { // the gate is free again, with the object's last use as it was
+		o.held = false
+		o.mu.Unlock()
+		return done
+	}
+	o.mu.Unlock()
+	o.release()
+	return done
+}
+
+// woke is told by a quiesced database when it is used again or closed.
+func (o *object) woke() {
+	o.quiet.Store(false)
+	o.rt.quietDBs.Add(-1)
 }
 
 // detach is the first half of an eviction: the object leaves its namespace (an activation of the

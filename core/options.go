@@ -17,7 +17,9 @@ type Options struct {
 	Dir string
 
 	// IdleTimeout is how long an object with nothing to do stays in memory before it is evicted
-	// (default 10 s).
+	// (default 10 s). After a second with nothing to do (half IdleTimeout if that is shorter), its
+	// database stays open but gives back SQLite's page cache, its prepared statements and its
+	// lookaside memory; its next call takes them again (Stats.QuietDBs counts such databases).
 	IdleTimeout time.Duration
 
 	// MaxQueue bounds the calls waiting for one object (default 1024); a call to a full queue fails

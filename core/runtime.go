@@ -53,6 +53,7 @@ type Runtime struct {
 	counts   telemetry.Counts // the runtime's counters, read by Stats and by the metrics
 	clock    atomic.Int64     // the coarse runtime clock, unix ns, updated by the janitor
 	uses     atomic.Int64     // a sequence stamped on objects as they go idle, for LRU
+	quietDBs atomic.Int64     // open object databases quiesced (object.quiesce)
 	closing  sync.Map         // *object -> time.Time: evicted databases being closed
 	checked  sync.Map         // database path -> struct{}: passed its header checks in this runtime (damage.go)
 	damaged  sync.Map         // database path -> string: found damaged, why (damage.go)
@@ -76,6 +77,7 @@ type Stats struct {
 	Evictions  int64 // objects evicted from memory
 	Resident   int64 // objects in memory now
 	OpenDBs    int64 // object databases open now
+	QuietDBs   int64 // of those, databases of idle objects that gave their memory back (see Options.IdleTimeout)
 	Alarms     int64 // alarms pending in the scheduler
 
 	// MaxOpenObjects is the bound on open databases in force: Options.MaxOpenObjects, or the
@@ -168,7 +170,7 @@ func (rt *Runtime) Dir() string { return rt.dir }
 func (rt *Runtime) Stats() Stats {
 	c := rt.counts.Totals()
 	return Stats{Turns: c.Turns, Commits: c.Commits, Constructs: c.Constructs, Evictions: c.Evictions,
-		Resident: c.Resident, OpenDBs: c.OpenDBs, Alarms: int64(rt.sched.Pending()), MaxOpenObjects: int64(rt.opts.MaxOpenObjects),
+		Resident: c.Resident, OpenDBs: c.OpenDBs, QuietDBs: rt.quietDBs.Load(), Alarms: int64(rt.sched.Pending()), MaxOpenObjects: int64(rt.opts.MaxOpenObjects),
 		Cluster: rt.clusterStats()}
 }
 
@@ -391,16 +393,32 @@ func (rt *Runtime) tick() time.Duration {
 }
 
 // evictIdle evicts every object idle for IdleTimeout: by the coarse clock that stamped it, for
-// IdleTimeout and one tick.
+// IdleTimeout and one tick. An object idle for quietAfter keeps its database open, but gives back
+// the memory its turns left there (object.quiesce); at most maxQuietPerTick objects a tick, so the
+// tick stays short.
 func (rt *Runtime) evictIdle(now time.Time) {
+	quiesce := maxQuietPerTick
 	for _, ns := range rt.snapshotNamespaces() {
 		for _, o := range ns.snapshot() {
-			if d, _ := o.idleSince(now); d >= rt.opts.IdleTimeout+rt.tick() && o.tryEvict() {
-				o.evict("idle")
+			switch d, _ := o.idleSince(now); {
+			case d >= rt.opts.IdleTimeout+rt.tick():
+				if o.tryEvict() {
+					o.evict("idle")
+				}
+			case quiesce > 0 && o.hasStore.Load() && !o.quiet.Load() && o.quiesce(now, rt.quietAfter()):
+				quiesce--
 			}
 		}
 	}
 }
+
+// maxQuietPerTick bounds the databases one janitor tick quiesces.
+const maxQuietPerTick = 256
+
+// quietAfter is how long an object has nothing to do before its open database gives back its
+// memory: a second, or half IdleTimeout if that is shorter. An object busier than that keeps its
+// page cache and statements.
+func (rt *Runtime) quietAfter() time.Duration { return min(time.Second, rt.opts.IdleTimeout/2) }
 
 // shed evicts the least recently used idle objects once more than MaxOpenObjects databases are
 // open, down to shedTarget, so that the scan of the resident objects it costs is paid once per

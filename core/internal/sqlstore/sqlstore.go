@@ -1,7 +1,9 @@
 // Package sqlstore is one SQLite database file used by one owner at a time: a single connection,
 // caches of prepared statements (the owner's and its user's, kept apart), and an authorizer keeping
 // transaction control, attached databases, settings and the owner's tables (named with a prefix)
-// from user SQL. New databases start as a copy of a template.
+// from user SQL. New databases start as a copy of a template. Quiesce gives back the memory of a
+// database left idle (its page cache, statements and lookaside), and its next statement takes
+// what it needs again.
 package sqlstore
 
 import (
@@ -14,14 +16,10 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"sync"
-	"unsafe"
 
-	"modernc.org/libc"
 	"modernc.org/sqlite"
-	sqlite3 "modernc.org/sqlite/lib"
 )
 
 const maxCachedStmts = 256 // per cache of prepared statements
@@ -52,6 +50,9 @@ type DB struct {
 	internal bool                   // the owner's own statement is running: authorize all
 	denied   string                 // why the authorizer refused the last user statement
 	query    string                 // the user statement being prepared
+	quiet    bool                   // Quiesce gave the memory back; the next statement takes it again
+	noLook   bool                   // Quiesce turned the lookaside allocator off
+	woke     func()                 // Quiesce's caller, told when the database is in use again
 }
 
 // BuildTemplate returns the bytes of an empty WAL-mode database holding schema. New databases start
@@ -205,28 +206,6 @@ func Open(path, synchronous, prefix string, template func() ([]byte, error)) (*D
 	return s, nil
 }
 
-// noCheckpointOnClose sets SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE on the driver's connection and reports
-// whether it could. The driver has no method for it: the connection's handle is read from its
-// fields by name, and a driver without them keeps SQLite's checkpoint at close.
-func noCheckpointOnClose(dc any) bool {
-	v := reflect.ValueOf(dc)
-	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
-		return false
-	}
-	db, tls := v.Elem().FieldByName("db"), v.Elem().FieldByName("tls")
-	if !db.IsValid() || db.Kind() != reflect.Uintptr || !tls.IsValid() || tls.Type() != reflect.TypeFor[*libc.TLS]() {
-		return false
-	}
-	t := (*libc.TLS)(unsafe.Pointer(tls.Pointer()))
-	h := uintptr(db.Uint())
-	if t == nil || h == 0 {
-		return false
-	}
-	va := t.Alloc(16)
-	defer t.Free(16)
-	return sqlite3.Xsqlite3_db_config(t, h, sqlite3.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, libc.VaList(va, int32(1), uintptr(0))) == sqlite3.SQLITE_OK
-}
-
 // Close closes the statements and the database. A write-ahead log that is not kept at close (see
 // Open), or has grown past WALTrim, is checkpointed into the database and truncated first, before
 // the connection closes under fileOps: its fsyncs do not hold up other opens and closes.
@@ -237,23 +216,13 @@ func (s *DB) Close() error {
 		fi, err := os.Stat(s.path + "-wal")
 		trim = err == nil && fi.Size() > WALTrim
 	}
+	s.noLook = false // a quiesced database closes without taking its lookaside back
+	s.awake()
 	if trim {
 		ckpt = s.ExecOwn("PRAGMA wal_checkpoint(TRUNCATE)")
 	}
-	for _, st := range s.stmts {
-		st.Close()
-	}
-	for _, st := range s.own {
-		st.Close()
-	}
-	if len(s.control) > 0 {
-		s.conn.Raw(func(any) error {
-			for _, st := range s.control {
-				st.Close()
-			}
-			return nil
-		})
-	}
+	s.ForgetStmts()
+	s.closeOwn()
 	s.stmts, s.own, s.control = nil, nil, nil
 	fileOps.Lock()
 	err := s.conn.Close()
@@ -275,6 +244,9 @@ func (s *DB) Stmt(query string) (*sql.Stmt, error) {
 }
 
 func (s *DB) prepare(cache map[string]*sql.Stmt, query string) (*sql.Stmt, error) {
+	if s.quiet {
+		s.wake()
+	}
 	if st, ok := cache[query]; ok {
 		return st, nil
 	}
@@ -297,6 +269,9 @@ func (s *DB) prepare(cache map[string]*sql.Stmt, query string) (*sql.Stmt, error
 // COMMIT: no arguments, no rows) on the driver's connection directly, prepared once: a turn runs
 // two of them, so they skip database/sql's statement machinery.
 func (s *DB) Control(query string) error {
+	if s.quiet {
+		s.wake()
+	}
 	s.internal = true
 	defer func() { s.internal = false }()
 	return s.conn.Raw(func(dc any) error {
@@ -369,6 +344,23 @@ func (s *DB) ForgetStmts() {
 	for q, stmt := range s.stmts {
 		stmt.Close()
 		delete(s.stmts, q)
+	}
+}
+
+// closeOwn closes the owner's cached statements and its transaction statements.
+func (s *DB) closeOwn() {
+	for q, stmt := range s.own {
+		stmt.Close()
+		delete(s.own, q)
+	}
+	if len(s.control) > 0 {
+		s.conn.Raw(func(any) error {
+			for q, st := range s.control {
+				st.Close()
+				delete(s.control, q)
+			}
+			return nil
+		})
 	}
 }
 

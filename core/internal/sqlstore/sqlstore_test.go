@@ -108,3 +108,72 @@ func TestCloseTrimsALargeLog(t *testing.T) {
 		t.Fatalf("%d rows after reopening, want %d", got, rows)
 	}
 }
+
+// O10: Quiesce gives back the page cache, the prepared statements and the lookaside allocator of an
+// idle database; the next statement takes the lookaside back and finds every row, and the caller is
+// told once, whether by a statement or by Close.
+func TestQuiesceGivesMemoryBack(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "o.sqlite")
+	db := openTest(t, path, "FULL")
+	writeRows(t, db, 40, 1000) // about ten pages
+	if got := count(t, db); got != 40 {
+		t.Fatalf("%d rows, want 40", got)
+	}
+	before, err := db.Memory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before.Cache < 10*4096 || before.Stmts == 0 || before.Lookaside == 0 {
+		t.Fatalf("memory in use after writing and reading: %+v; want ten pages cached, statements and lookaside", before)
+	}
+	woke := 0
+	if err := db.Quiesce(func() { woke++ }); err != nil {
+		t.Fatal(err)
+	}
+	after, err := db.Memory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !db.Quiet() || after.Cache > 8<<10 || after.Stmts != 0 || after.Lookaside != 0 {
+		t.Fatalf("quiesced (%v): %+v in use (before: %+v); want at most 8 KiB of cache, no statements, no lookaside",
+			db.Quiet(), after, before)
+	}
+	if woke != 0 {
+		t.Fatalf("told %d times before any statement, want 0", woke)
+	}
+	writeRows(t, db, 1, 10)
+	if got := count(t, db); got != 41 {
+		t.Fatalf("%d rows after quiescing, want 41", got)
+	}
+	again, err := db.Memory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if db.Quiet() || woke != 1 || again.Lookaside == 0 {
+		t.Fatalf("after two statements: quiet %v, told %d times, %+v in use; want awake, told once, lookaside in use",
+			db.Quiet(), woke, again)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db = openTest(t, path, "FULL")
+	defer db.Close()
+	if got := count(t, db); got != 41 {
+		t.Fatalf("%d rows after reopening, want 41", got)
+	}
+
+	// A quiesced database whose log is small closes without running a statement: the caller is
+	// told all the same.
+	small := openTest(t, filepath.Join(t.TempDir(), "small.sqlite"), "FULL")
+	writeRows(t, small, 1, 10)
+	woke = 0
+	if err := small.Quiesce(func() { woke++ }); err != nil {
+		t.Fatal(err)
+	}
+	if err := small.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if woke != 1 {
+		t.Fatalf("told %d times by Close of a quiesced database, want 1", woke)
+	}
+}

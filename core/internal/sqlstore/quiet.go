@@ -1,0 +1,99 @@
+package sqlstore
+
+import (
+	"fmt"
+
+	"modernc.org/libc"
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+// SQLite's default lookaside allocator (SQLITE_DEFAULT_LOOKASIDE): 40 slots of 1,200 bytes, taken by
+// each connection at open. A database in use gets it back after Quiesce.
+const (
+	lookasideSlot  = 1200
+	lookasideSlots = 40
+)
+
+// Quiesce gives back what the database holds in memory beyond its connection, for an owner that
+// expects it to stay idle: its prepared statements (the owner's, its user's and the transaction
+// statements), SQLite's page cache (the pages go back to the allocator; the file and the operating
+// system's cache still hold them) and the connection's lookaside allocator. Nothing durable is
+// touched: no transaction may be open (the owner's next statement is the first since its last
+// commit), and no setting changes but the lookaside's, which the next statement restores before it
+// is prepared. woke, if not nil, is called then, once. The caller is the database's one user, as
+// for any statement.
+func (s *DB) Quiesce(woke func()) error {
+	if s.quiet {
+		return nil
+	}
+	s.ForgetStmts()
+	s.closeOwn()
+	err := s.conn.Raw(func(dc any) error {
+		handle(dc, func(t *libc.TLS, h uintptr) {
+			sqlite3.Xsqlite3_db_release_memory(t, h)
+			// Refused (SQLITE_BUSY) while any lookaside slot is in use: the allocator is then kept.
+			s.noLook = dbConfig(t, h, sqlite3.SQLITE_DBCONFIG_LOOKASIDE, uintptr(0), int32(0), int32(0)) == sqlite3.SQLITE_OK
+		})
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	s.quiet, s.woke = true, woke
+	return nil
+}
+
+// wake undoes Quiesce before the database's next statement: the lookaside allocator comes back
+// (statements and the pages come back as they are used).
+func (s *DB) wake() {
+	if s.noLook {
+		s.noLook = false
+		s.conn.Raw(func(dc any) error {
+			handle(dc, func(t *libc.TLS, h uintptr) {
+				dbConfig(t, h, sqlite3.SQLITE_DBCONFIG_LOOKASIDE, uintptr(0), int32(lookasideSlot), int32(lookasideSlots))
+			})
+			return nil
+		})
+	}
+	s.awake()
+}
+
+// awake ends the quiet state and tells Quiesce's caller.
+func (s *DB) awake() {
+	s.quiet = false
+	if w := s.woke; w != nil {
+		s.woke = nil
+		w()
+	}
+}
+
+// Quiet reports whether the database is quiesced: Quiesce gave its memory back and no statement
+// has run since.
+func (s *DB) Quiet() bool { return s.quiet }
+
+// Memory is what a database holds in memory, as SQLite counts it (sqlite3_db_status): its page
+// cache, its prepared statements, and the lookaside slots in use.
+type Memory struct{ Cache, Stmts, Lookaside int }
+
+// Memory returns what the database holds in memory now.
+func (s *DB) Memory() (Memory, error) {
+	var m Memory
+	err := s.conn.Raw(func(dc any) error {
+		st, ok := dc.(sqlite.DBStatus)
+		if !ok {
+			return fmt.Errorf("sqlite driver has no status")
+		}
+		var err error
+		for _, c := range []struct {
+			op  sqlite.DBStatusOp
+			out *int
+		}{{sqlite.DBStatusCacheUsed, &m.Cache}, {sqlite.DBStatusStmtUsed, &m.Stmts}, {sqlite.DBStatusLookasideUsed, &m.Lookaside}} {
+			if *c.out, _, err = st.Status(c.op, false); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return m, err
+}
