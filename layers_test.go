@@ -142,10 +142,10 @@ func countLines(t *testing.T, path string) int {
 	return n
 }
 
-// Package core's exported surface stays small: at most 151 entries as `go doc -all` lists them (a
+// Package core's exported surface stays small: at most 153 entries as `go doc -all` lists them (a
 // const or var group, a type, a function, a method each).
 func TestLayers_CoreSurface(t *testing.T) {
-	const limit = 151
+	const limit = 153
 	fset := token.NewFileSet()
 	pkgs, err := parser.ParseDir(fset, "core", func(fi fs.FileInfo) bool {
 		return !strings.HasSuffix(fi.Name(), "_test.go")

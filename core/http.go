@@ -131,7 +131,7 @@ func (g *gatedResponse) finish(err error, ns *namespace) {
 	case errors.Is(err, ErrNotOwner), errors.Is(err, ErrFenced): // cluster mode: another node serves the object
 		code = http.StatusMisdirectedRequest
 		if noe := (*NotOwnerError)(nil); errors.As(err, &noe) && noe.Holder != "" {
-			SetOwnerHeaders(g.w.Header(), noe)
+			setOwnerHeaders(g.w.Header(), noe)
 			http.Error(g.w, fmt.Sprintf("%s: %v", http.StatusText(code), noe), code)
 			return
 		}
@@ -144,10 +144,10 @@ func (g *gatedResponse) finish(err error, ns *namespace) {
 	http.Error(g.w, http.StatusText(code), code)
 }
 
-// SetOwnerHeaders sets, on the headers of a 421, Durable-Owner to the node that owns the object and
+// setOwnerHeaders sets, on the headers of a 421, Durable-Owner to the node that owns the object and
 // Durable-Owner-Address to its advertised address, if known: where the client should send the
 // request.
-func SetOwnerHeaders(h http.Header, e *NotOwnerError) {
+func setOwnerHeaders(h http.Header, e *NotOwnerError) {
 	h.Set(OwnerHeader, e.Holder)
 	if e.Address != "" {
 		h.Set(OwnerAddressHeader, e.Address)

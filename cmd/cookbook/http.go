@@ -195,7 +195,7 @@ func writeError(w http.ResponseWriter, err error) int {
 	status, msg := errorStatus(err)
 	body := errorBody{Error: msg}
 	if noe := (*core.NotOwnerError)(nil); errors.As(err, &noe) && noe.Holder != "" {
-		core.SetOwnerHeaders(w.Header(), noe)
+		setOwnerHeaders(w.Header(), noe.Holder, noe.Address)
 		body.Owner, body.OwnerAddress = noe.Holder, noe.Address
 	}
 	writeJSON(w, status, body)
@@ -495,4 +495,13 @@ func objectFields(raw []byte) (keys [][]byte, vals []json.RawMessage, ok bool) {
 		keys, vals = append(keys, k), append(vals, v)
 	}
 	return keys, vals, true
+}
+
+// setOwnerHeaders names, on a refusal or an answer about an object another node serves, the node
+// that owns it and its advertised address (if known), as core's 421 does.
+func setOwnerHeaders(h http.Header, node, addr string) {
+	h.Set(core.OwnerHeader, node)
+	if addr != "" {
+		h.Set(core.OwnerAddressHeader, addr)
+	}
 }

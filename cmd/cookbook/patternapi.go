@@ -360,7 +360,7 @@ func (a *app) room(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if ans.Node != "" { // cluster mode: where to join the room
-		core.SetOwnerHeaders(w.Header(), &core.NotOwnerError{Holder: ans.Node, Address: ans.Address})
+		setOwnerHeaders(w.Header(), ans.Node, ans.Address)
 	}
 	writeJSON(w, http.StatusOK, ans.State)
 }
