@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/durable-go/durable/core"
+	"github.com/durable-go/durable/core/internal/replica"
 	"github.com/durable-go/durable/replog"
 	"github.com/durable-go/durable/replog/replogtest"
 )
@@ -26,6 +27,19 @@ func sameShard(c *replogtest.MemCluster, n int) []string {
 			return by[s]
 		}
 	}
+}
+
+// placedAt returns n names of objects of namespace kv whose shards c places at node among nodes by
+// rendezvous hashing: the shards node keeps once the others have settled (S-CL12).
+func placedAt(c *replogtest.MemCluster, node string, nodes []string, n int) []string {
+	var out []string
+	for i := 0; len(out) < n; i++ {
+		name := "p" + strconv.Itoa(i)
+		if replica.Place(c.ShardOf("kv/"+name), nodes) == node {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // S-CL4: ownership is per shard: the node that holds an object's shard serves every object of the

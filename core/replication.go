@@ -111,7 +111,7 @@ func (rt *Runtime) openReplication() error {
 		return nil
 	}
 	cfg := replica.Config{Node: r.Node, Log: r.Log, Leases: r.Leases, Beacon: r.Beacon, LeaseTTL: r.LeaseTTL,
-		SnapshotEvery: r.SnapshotEvery, Now: rt.now, Logger: rt.log}
+		SnapshotEvery: r.SnapshotEvery, Now: rt.now, Logger: rt.log, Evict: rt.evictShard}
 	orDefault(&cfg.LeaseTTL, time.Second)
 	orDefault(&cfg.SnapshotEvery, 1000)
 	n, err := replica.Start(cfg)
@@ -120,4 +120,16 @@ func (rt *Runtime) openReplication() error {
 	}
 	rt.cluster = n
 	return nil
+}
+
+// evictShard closes the idle resident objects of shard, which this node hands over to another:
+// the last one closed hands the shard's lease back. Busy ones are closed once idle, by a later call.
+func (rt *Runtime) evictShard(shard int) {
+	for _, ns := range rt.snapshotNamespaces() {
+		for _, o := range ns.snapshot() {
+			if o.repl != nil && o.repl.Shard() == shard && o.tryEvict() {
+				o.evict("handover")
+			}
+		}
+	}
 }

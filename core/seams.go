@@ -20,12 +20,14 @@ type telemetryHooks = telemetry.Telemetry
 
 // replicator is an object's side of cluster mode (package replica's Object), in object.repl; nil in
 // the single-process runtime. Its methods are called by the gate holder, in this order over an
-// object's life: Claim before a turn runs (and again after each Await), Servable and Opened when
+// object's life: Claim before a turn runs (Resume after each Await), Servable and Opened when
 // the turn opens the database, Prepare before the batch's local COMMIT, Ship after it and before
 // the output is released, Committed after the output is released, Failed when the object fails,
 // Release when it is evicted. The object answers its calls back as a replica.Host (object.go).
 type replicator interface {
 	Claim(h replica.Host) error
+	Resume(h replica.Host) error
+	Shard() int
 	Servable() error
 	Opened(fresh bool) error
 	Prepare(st *store, dirty bool) error

@@ -169,6 +169,10 @@ func (n *Node) acquire(shard int, key string) (*lease, error) {
 		n.mu.Unlock()
 		return nil, &NotOwner{Key: key, Holder: n.successor(shard), Until: n.cfg.Now()}
 	}
+	if h := n.handing[shard]; h != nil { // handed over (handover.go): no new object of it here
+		n.mu.Unlock()
+		return nil, &NotOwner{Key: key, Holder: h.to, Until: n.cfg.Now()}
+	}
 	l := n.held[shard]
 	if l != nil {
 		l.refs++
@@ -181,7 +185,9 @@ func (n *Node) acquire(shard int, key string) (*lease, error) {
 		}
 		return l, nil
 	}
-	// Refused from memory: another node that this node hears beat holds the shard.
+	// Refused from memory: another node that this node hears beat holds the shard; unless it hands
+	// the shard to this node, which then waits for it.
+	n.awaitHandOver(shard)
 	if no := n.heldElsewhere(shard, key); no != nil {
 		return nil, no
 	}
@@ -208,13 +214,17 @@ func (n *Node) acquire(shard int, key string) (*lease, error) {
 func (n *Node) unref(l *lease) error {
 	n.mu.Lock()
 	l.refs--
-	last := l.refs <= 0 && n.held[l.shard] == l && !n.cfg.Now().Before(l.keepTill)
+	handing := n.handing[l.shard] != nil
+	last := l.refs <= 0 && n.held[l.shard] == l && (handing || !n.cfg.Now().Before(l.keepTill))
 	if last {
 		delete(n.held, l.shard)
 	}
 	n.mu.Unlock()
-	if !last {
+	switch {
+	case !last:
 		return nil
+	case handing: // the last object of a shard handed over: the pick takes it at once
+		return n.handBack(l)
 	}
 	return n.release(l)
 }
