@@ -18,8 +18,9 @@ import (
 	"github.com/durable-go/durable/replog/replogtest"
 )
 
-// increment adds one to object name's counter in one turn, and returns the new count.
-func (n *node) increment(name string) (int, error) {
+// increment adds one to object name's counter in one turn that lasts hold, and returns the new
+// count.
+func (n *node) increment(name string, hold time.Duration) (int, error) {
 	stub, err := n.ns.Get(name)
 	if err != nil {
 		return 0, err
@@ -34,6 +35,7 @@ func (n *node) increment(name string) (int, error) {
 			count, _ = strconv.Atoi(string(v))
 		}
 		count++
+		time.Sleep(hold)
 		return count, st.Storage().Put(ctx, "count", []byte(strconv.Itoa(count)))
 	})
 }
@@ -79,23 +81,26 @@ func (tc *testCluster) after(name string) string {
 	return name
 }
 
-// writers runs a writer per object: each increments its object's counter every LeaseTTL/16 at
-// the node it believes serves the object, as a client does: a refusal sends it to the node the
+// writers runs a writer per object: each increments its object's counter every pause, in turns
+// that last hold, at the node it believes serves the object, as a client does: a refusal sends it to the node the
 // refusal names, a node that stops to the next one. Every acknowledged count must be the one
 // before it plus one (no lost update), every refusal must name another node, and the write after a
 // refusal must succeed at the node it named. Anything else is a failure, reported by stop.
 type writers struct {
-	tc       *testCluster
-	stopped  chan struct{}
-	wg       sync.WaitGroup
-	mu       sync.Mutex
-	failures []string
-	acked    map[string]int
-	refusals int
+	tc          *testCluster
+	pause, hold time.Duration
+	stopped     chan struct{}
+	once        sync.Once
+	wg          sync.WaitGroup
+	mu          sync.Mutex
+	failures    []string
+	acked       map[string]int
+	refusals    int
 }
 
-func startWriters(tc *testCluster, names []string, first string) *writers {
-	w := &writers{tc: tc, stopped: make(chan struct{}), acked: map[string]int{}}
+func startWriters(t *testing.T, tc *testCluster, names []string, first string, pause, hold time.Duration) *writers {
+	w := &writers{tc: tc, pause: pause, hold: hold, stopped: make(chan struct{}), acked: map[string]int{}}
+	t.Cleanup(w.halt) // a test that fails stops them too
 	for _, name := range names {
 		w.wg.Go(func() { w.write(name, first) })
 	}
@@ -109,22 +114,26 @@ func (w *writers) fail(format string, args ...any) {
 }
 
 func (w *writers) write(name, at string) {
-	acked, named := 0, ""
+	acked, named, refused := 0, "", 0
 	for {
+		pause := w.pause
+		if refused > 0 {
+			pause = max(pause, clusterTTL/64) // a client backs off a little after a refusal
+		}
 		select {
 		case <-w.stopped:
 			w.mu.Lock()
 			w.acked[name] = acked
 			w.mu.Unlock()
 			return
-		case <-time.After(clusterTTL / 16):
+		case <-time.After(pause):
 		}
 		n := w.tc.node(at)
 		if n == nil {
 			at, named = w.tc.after(at), ""
 			continue
 		}
-		count, err := n.increment(name)
+		count, err := n.increment(name, w.hold)
 		var noe *core.NotOwnerError
 		switch {
 		case err == nil:
@@ -134,13 +143,16 @@ func (w *writers) write(name, at string) {
 			if named != "" && named != at {
 				w.fail("%s: refused naming %s, then served by %s", name, named, at)
 			}
-			acked, named = count, ""
+			acked, named, refused = count, "", 0
 		case errors.As(err, &noe):
 			w.mu.Lock()
 			w.refusals++
 			w.mu.Unlock()
 			if noe.Holder == at || noe.Holder == "" {
 				w.fail("%s at %s: refused naming %q", name, at, noe.Holder)
+			}
+			if refused++; refused == 4 {
+				w.fail("%s: refused 4 times in a row, the last at %s naming %s", name, at, noe.Holder)
 			}
 			at, named = noe.Holder, noe.Holder
 		case errors.Is(err, core.ErrClosed): // the node stops
@@ -151,10 +163,15 @@ func (w *writers) write(name, at string) {
 	}
 }
 
+// halt stops the writers and waits for them.
+func (w *writers) halt() {
+	w.once.Do(func() { close(w.stopped) })
+	w.wg.Wait()
+}
+
 // stop stops the writers and returns each object's acknowledged count.
 func (w *writers) stop(t *testing.T) map[string]int {
-	close(w.stopped)
-	w.wg.Wait()
+	w.halt()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	require.Empty(t, w.failures)
@@ -216,7 +233,7 @@ func TestClusterRestartedNodeGetsItsShardsBack(t *testing.T) {
 		for i := range 32 {
 			names = append(names, "w"+strconv.Itoa(i))
 		}
-		w := startWriters(tc, names, "n1")
+		w := startWriters(t, tc, names, "n1", clusterTTL/16, 0)
 		converged(t, tc, names, 8*clusterTTL)
 
 		// Node 3 stops (a drain) and its shards go to the others.
@@ -323,7 +340,7 @@ func TestClusterFlappingNodeDrawsNothing(t *testing.T) {
 		for i := range 24 {
 			names = append(names, "f"+strconv.Itoa(i))
 		}
-		w := startWriters(tc, names, "n1")
+		w := startWriters(t, tc, names, "n1", clusterTTL/16, 0)
 		converged(t, tc, names, 8*clusterTTL)
 		for range 5 {
 			n3 := openNode(t, c, "n3")
@@ -345,5 +362,33 @@ func TestClusterFlappingNodeDrawsNothing(t *testing.T) {
 		converged(t, tc, names, 8*clusterTTL)
 		require.NotZero(t, n3.rt.Stats().Cluster.HeldLeases, "once it stays, it gets its share")
 		w.stop(t)
+	})
+}
+
+// S-CL12: a shard whose objects are never idle is handed over all the same: its objects take no new
+// turn from the hand-over's start (refused, naming the node it goes to), so they fall idle as their
+// turns under way end, and close.
+func TestClusterHandOverOfBusyObjects(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := replogtest.NewMemCluster()
+		tc := newTestCluster(c)
+		n1 := openNode(t, c, "n1")
+		defer n1.rt.Close()
+		tc.set("n1", n1)
+		names := placedAt(c, "n2", []string{"n1", "n2"}, 4)
+		// Back to back, each turn LeaseTTL/16 long: the gate is never free when the node looks.
+		w := startWriters(t, tc, names, "n1", 0, clusterTTL/16)
+		time.Sleep(clusterTTL)
+		n2 := openNode(t, c, "n2")
+		defer n2.rt.Close()
+		tc.set("n2", n2)
+		converged(t, tc, names, 2*clusterTTL+2*clusterTTL)
+		time.Sleep(clusterTTL)
+		acked := w.stop(t)
+		for _, name := range names {
+			v, err := n2.get(name, "count")
+			require.NoError(t, err)
+			require.Equal(t, strconv.Itoa(acked[name]), v, "%s holds every acknowledged increment", name)
+		}
 	})
 }
