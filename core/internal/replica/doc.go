@@ -1,7 +1,8 @@
 // Package replica is cluster mode's side of the runtime: the shard leases a node holds (lease.go:
 // taken when a call needs one, renewed by one goroutine, handed back with a shard's last object),
 // the cluster's table it keeps from the nodes' beats (members.go: refusals from memory, takeover of
-// a dead node's shards by rendezvous hashing, readiness, drain), and for each resident object an
+// a dead node's shards by rendezvous hashing, readiness, drain; handover.go: a shard that belongs to
+// another node handed over to it, so that placement converges), and for each resident object an
 // Object (object.go) that claims it for a turn (its shard's lease held, local file brought to the
 // log's head, epoch record appended), writes its position before a commit, ships the commit's
 // pages to its log after it, snapshots and trims the log, and discards the local file when a
@@ -16,9 +17,10 @@
 //
 //   - The Node owns three goroutines: the renewer (a round every quarter LeaseTTL: renewals, each
 //     in a goroutine of its own that the Node waits for, then a beat), the placer (every eighth
-//     LeaseTTL: takeovers of dead nodes' shards) and the beacon's listener. Close stops them all
-//     and waits.
-//   - n.mu guards the tables (held, seen, members) and each lease's refs; a lease's own mu its
+//     LeaseTTL, or at once when a shard is handed to this node: takeovers of dead nodes' shards
+//     and of shards handed over, hand-overs, closing a shard's idle objects through Config.Evict)
+//     and the beacon's listener. Close stops them all and waits.
+//   - n.mu guards the tables (held, seen, members, and the hand-overs') and each lease's refs; a lease's own mu its
 //     revision and validity; a lease's renewing serializes its renewal and its release; n.takes
 //     serializes the takes of one shard, so that two objects of a shard never race for its lease.
 package replica
