@@ -3,6 +3,7 @@ package core_test
 import (
 	"context"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -190,5 +191,50 @@ func TestClusterReadiness(t *testing.T) {
 		view.CutLeases(false)
 		time.Sleep(clusterTTL / 2)
 		require.NoError(t, n.rt.Stats().Cluster.Ready)
+	})
+}
+
+// S-CL4, S-CL12: a shutdown drains in order: the commits under way finish first, under the lease,
+// and only then is the lease handed back. Meanwhile another node is refused, naming this one; then
+// it takes the shard at once and reads what the last turn committed.
+func TestClusterShutdownCommitsBeforeHandingBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := replogtest.NewMemCluster()
+		n1 := openNode(t, c, "n1")
+		n2 := openNode(t, c, "n2")
+		defer n2.rt.Close()
+		require.NoError(t, n1.put("acct", "k", "before"))
+		stub, err := n1.ns.Get("acct")
+		require.NoError(t, err)
+		release, done := make(chan struct{}), make(chan error, 1)
+		var freed sync.Once
+		free := func() { freed.Do(func() { close(release) }) }
+		t.Cleanup(free) // a failed assertion ends the turn too
+		go func() {
+			done <- core.Do(context.Background(), stub, func(ctx context.Context, st *core.State) error {
+				if err := st.Storage().Put(ctx, "k", []byte("last")); err != nil {
+					return err
+				}
+				<-release // a turn under way as the shutdown begins
+				return nil
+			})
+		}()
+		synctest.Wait()
+		shut := make(chan error, 1)
+		go func() { shut <- n1.rt.Shutdown(context.Background()) }()
+		synctest.Wait()
+		_, err = n2.get("acct", "k")
+		var noe *core.NotOwnerError
+		require.ErrorAs(t, err, &noe, "node 1 holds the shard while its turn is under way")
+		require.Equal(t, "n1", noe.Holder)
+
+		free()
+		require.NoError(t, <-done, "the turn under way commits")
+		require.NoError(t, <-shut)
+		start := time.Now()
+		v, err := n2.get("acct", "k")
+		require.NoError(t, err)
+		require.Equal(t, "last", v)
+		require.Zero(t, time.Since(start), "the lease was handed back: taken at once")
 	})
 }
