@@ -238,3 +238,53 @@ func TestClusterShutdownCommitsBeforeHandingBack(t *testing.T) {
 		require.Zero(t, time.Since(start), "the lease was handed back: taken at once")
 	})
 }
+
+// slowGets is a node's leases whose every Get takes delay once armed, as a read through a stream
+// that elects a new leader does.
+type slowGets struct {
+	replog.Leases
+	delay atomic.Int64
+}
+
+func (l *slowGets) Get(ctx context.Context, shard int) (uint64, []byte, error) {
+	time.Sleep(time.Duration(l.delay.Load()))
+	return l.Leases.Get(ctx, shard)
+}
+
+// S-CL4, S-CL12: a dead node's shard is taken over as soon as the survivor's read of its lease
+// comes back, though that read took longer than the survivor remembers an unheard lease: the lease
+// was seen unrenewed since before the read, and its revision is unchanged, so there is no second
+// LeaseTTL to wait and no second read.
+func TestClusterSlowTakeoverReadCountsFromTheLastRenewal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := replogtest.NewMemCluster()
+		n1 := openNode(t, c, "n1")
+		var slow *slowGets
+		n2 := openNode(t, c, "n2", func(o *core.Options) {
+			slow = &slowGets{Leases: o.Replication.Leases}
+			o.Replication.Leases = slow
+		})
+		defer n2.rt.Close()
+		time.Sleep(3 * clusterTTL) // settled
+		name := placedAt(c, "n1", []string{"n1", "n2"}, 1)[0]
+		require.NoError(t, n1.put(name, "k", "v"))
+
+		const delay = 6 * time.Second // the survivor forgets a lease unheard for 2 LeaseTTL (8 s)
+		slow.delay.Store(int64(delay))
+		n1.view.CutBeacon(true) // node 1 dies
+		n1.view.CutLeases(true)
+		n1.view.CutLog(true)
+		start := time.Now()
+		for n2.rt.Stats().Cluster.HeldLeases == 0 {
+			time.Sleep(clusterTTL / 16)
+			require.Less(t, time.Since(start), 4*clusterTTL, "node 2 never took the shard over")
+		}
+		took := time.Since(start)
+		require.LessOrEqual(t, took, clusterTTL+delay+clusterTTL/4, "one LeaseTTL after the last renewal, and one read")
+		slow.delay.Store(0)
+		v, err := n2.get(name, "k")
+		require.NoError(t, err)
+		require.Equal(t, "v", v)
+		n1.rt.Close()
+	})
+}

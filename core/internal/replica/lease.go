@@ -238,11 +238,23 @@ func (n *Node) unref(l *lease) error {
 func (n *Node) take(shard int, key string, keep bool) (*lease, error) {
 	ctx, cancel := opCtx()
 	defer cancel()
+	n.mu.Lock()
+	prior, known := n.seen[shard]
+	n.mu.Unlock()
 	rev, val, err := n.cfg.Leases.Get(ctx, shard)
 	if err != nil {
 		return nil, fmt.Errorf("%w: read the lease of shard %d: %w", ErrLeaseUnproven, shard, err)
 	}
 	now := n.cfg.Now()
+	if known && prior.rev == rev && rev != 0 {
+		// Unrenewed since this node first saw it, before the read: a read slower than the memory
+		// of unheard leases (a stream electing a leader) must not start the wait afresh.
+		n.mu.Lock()
+		if _, ok := n.seen[shard]; !ok {
+			n.seen[shard] = prior
+		}
+		n.mu.Unlock()
+	}
 	if rev != 0 {
 		var v leaseValue
 		_ = json.Unmarshal(val, &v)
