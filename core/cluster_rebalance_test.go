@@ -337,12 +337,12 @@ func TestClusterFlappingNodeDrawsNothing(t *testing.T) {
 		}
 		time.Sleep(3 * clusterTTL)
 		var names []string
-		for i := range 24 {
+		for i := range 12 {
 			names = append(names, "f"+strconv.Itoa(i))
 		}
-		w := startWriters(t, tc, names, "n1", clusterTTL/16, 0)
+		w := startWriters(t, tc, names, "n1", clusterTTL/8, 0)
 		converged(t, tc, names, 8*clusterTTL)
-		for range 5 {
+		for range 3 {
 			n3 := openNode(t, c, "n3")
 			for range 12 { // 1.5 LeaseTTL
 				time.Sleep(clusterTTL / 8)
