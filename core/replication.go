@@ -125,6 +125,9 @@ func (rt *Runtime) openReplication() error {
 // evictShard closes the idle resident objects of shard, which this node hands over to another:
 // the last one closed hands the shard's lease back. Busy ones are closed once idle, by a later call.
 func (rt *Runtime) evictShard(shard int) {
+	if rt.isClosed.Load() {
+		return // Shutdown closes every object itself
+	}
 	for _, ns := range rt.snapshotNamespaces() {
 		for _, o := range ns.snapshot() {
 			if o.repl != nil && o.repl.Shard() == shard && o.tryEvict() {
