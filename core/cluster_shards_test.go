@@ -117,9 +117,10 @@ func TestClusterDeadNodesShardsTakenOver(t *testing.T) {
 		n3 := openNode(t, c, "n3")
 		defer n3.rt.Close()
 		time.Sleep(3 * clusterTTL) // the survivors have settled
+		// Objects whose shards node 1 keeps while all three are up (it hands the others over).
+		names := placedAt(c, "n1", []string{"n1", "n2", "n3"}, 40)
 		shards := map[int]bool{}
-		for i := range 40 {
-			name := "o" + strconv.Itoa(i)
+		for _, name := range names {
 			require.NoError(t, n1.put(name, "k", "v"+name))
 			shards[c.ShardOf("kv/"+name)] = true
 		}
@@ -134,8 +135,7 @@ func TestClusterDeadNodesShardsTakenOver(t *testing.T) {
 		require.Equal(t, int64(len(shards)), h2+h3, "every shard of node 1's is taken over within 1.5 LeaseTTL")
 		require.NotZero(t, h2, "spread over the survivors")
 		require.NotZero(t, h3, "spread over the survivors")
-		for i := range 40 {
-			name := "o" + strconv.Itoa(i)
+		for _, name := range names {
 			v, err := n2.get(name, "k")
 			if err != nil {
 				var noe *core.NotOwnerError

@@ -174,6 +174,9 @@ func (o *object) refused(err error) error {
 // Claim). A node that lost the object to another fails it.
 func (o *object) claim() error { return o.claimed(o.repl.Claim(o)) }
 
+// inShard reports whether the object is of shard, in cluster mode.
+func (o *object) inShard(shard int) bool { return o.repl != nil && o.repl.Shard() == shard }
+
 // resume is claim for a turn that goes on after Await (see replica.Object's Resume).
 func (o *object) resume() error { return o.claimed(o.repl.Resume(o)) }
 

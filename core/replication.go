@@ -130,7 +130,7 @@ func (rt *Runtime) evictShard(shard int) {
 	}
 	for _, ns := range rt.snapshotNamespaces() {
 		for _, o := range ns.snapshot() {
-			if o.repl != nil && o.repl.Shard() == shard && o.tryEvict() {
+			if o.inShard(shard) && o.tryEvict() {
 				o.evict("handover")
 			}
 		}
