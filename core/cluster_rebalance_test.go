@@ -316,8 +316,8 @@ func TestClusterHandOversBounded(t *testing.T) {
 		}
 		first, last := slices.IndexFunc(counts, func(c int64) bool { return c > 0 }), slices.Index(counts, int64(owed))
 		spread := time.Duration(last-first) * clusterTTL / 8
-		require.GreaterOrEqual(t, spread, time.Duration((owed+1)/2-1)*clusterTTL,
-			"%d shards, two per LeaseTTL: from the first to the last", owed)
+		require.GreaterOrEqual(t, spread, time.Duration((owed+1)/2-1)*clusterTTL-clusterTTL/4,
+			"%d shards, two per LeaseTTL: from the first to the last (less a sample's skew)", owed)
 		for _, name := range names { // every object is served where it now belongs
 			at := n1
 			if replica.Place(c.ShardOf("kv/"+name), []string{"n1", "n2"}) == "n2" {
