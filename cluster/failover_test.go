@@ -401,3 +401,65 @@ func TestEngine_ReadsWithAReplicaPaused(t *testing.T) {
 	}
 	t.Logf("the slowest of 20 Last and Get pairs with a replica paused: %v", slowest.Round(time.Millisecond))
 }
+
+// S-X2, S-X8: a read barrier sent to a stream's leader that has just stopped (paused: its peers go
+// on routing the stream's subjects to it) gets no answer; it is sent again every 200 ms within its
+// attempt, so the read comes back soon after another node leads the stream, not when the attempt
+// ends. The attempt here lasts 30 s, so a barrier that were not sent again would hold the read that
+// long.
+func TestEngine_ReadBarrierSentAgain(t *testing.T) {
+	pc := startProxiedCluster(t)
+	const attempt = 30 * time.Second
+	cfg := cluster.Config{Prefix: fmt.Sprintf("t%d", prefixes.Add(1)), AttemptTimeout: attempt}
+	const shard = 0
+	stream := fmt.Sprintf("%s_log_%d", cfg.Prefix, shard)
+	e0 := pc.engine(t, 0, cfg)
+	js, err := jetstream.New(pc.conn(t, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(t.Context(), stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := pc.nodeIndex(t, s.CachedInfo().Cluster.Leader)
+	if victim < 0 {
+		t.Fatalf("stream %s has no leader", stream)
+	}
+	e := e0
+	if reader := (victim + 1) % len(pc.cfgs); reader != 0 {
+		e = pc.engine(t, reader, cfg)
+	}
+	ctx := t.Context()
+	key := keyIn(e, shard)
+	seq, err := e.Append(ctx, key, 0, []byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.pause(victim)
+	type read struct {
+		seq uint64
+		err error
+		at  time.Time
+	}
+	done := make(chan read, 1)
+	go func() {
+		rctx, cancel := context.WithTimeout(ctx, 2*attempt)
+		defer cancel()
+		last, _, err := e.Last(rctx, key) // its first barrier goes to the paused leader
+		done <- read{last, err, time.Now()}
+	}()
+	elected, err := pc.waitLeader(ctx, victim, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil || r.seq != seq {
+		t.Fatalf("Last with the leader paused: %d, %v; want %d", r.seq, r.err, seq)
+	}
+	took := r.at.Sub(elected)
+	t.Logf("the read came back %v after another node led the stream", took.Round(time.Millisecond))
+	if took > attempt/3 {
+		t.Errorf("the read came back %v after another node led the stream; want well within the attempt (%v)", took, attempt)
+	}
+}

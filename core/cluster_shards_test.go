@@ -3,6 +3,7 @@ package core_test
 import (
 	"context"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/durable-go/durable/core"
+	"github.com/durable-go/durable/core/internal/replica"
 	"github.com/durable-go/durable/replog"
 	"github.com/durable-go/durable/replog/replogtest"
 )
@@ -26,6 +28,19 @@ func sameShard(c *replogtest.MemCluster, n int) []string {
 			return by[s]
 		}
 	}
+}
+
+// placedAt returns n names of objects of namespace kv whose shards c places at node among nodes by
+// rendezvous hashing: the shards node keeps once the others have settled (S-CL12).
+func placedAt(c *replogtest.MemCluster, node string, nodes []string, n int) []string {
+	var out []string
+	for i := 0; len(out) < n; i++ {
+		name := "p" + strconv.Itoa(i)
+		if replica.Place(c.ShardOf("kv/"+name), nodes) == node {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // S-CL4: ownership is per shard: the node that holds an object's shard serves every object of the
@@ -102,9 +117,10 @@ func TestClusterDeadNodesShardsTakenOver(t *testing.T) {
 		n3 := openNode(t, c, "n3")
 		defer n3.rt.Close()
 		time.Sleep(3 * clusterTTL) // the survivors have settled
+		// Objects whose shards node 1 keeps while all three are up (it hands the others over).
+		names := placedAt(c, "n1", []string{"n1", "n2", "n3"}, 40)
 		shards := map[int]bool{}
-		for i := range 40 {
-			name := "o" + strconv.Itoa(i)
+		for _, name := range names {
 			require.NoError(t, n1.put(name, "k", "v"+name))
 			shards[c.ShardOf("kv/"+name)] = true
 		}
@@ -119,8 +135,7 @@ func TestClusterDeadNodesShardsTakenOver(t *testing.T) {
 		require.Equal(t, int64(len(shards)), h2+h3, "every shard of node 1's is taken over within 1.5 LeaseTTL")
 		require.NotZero(t, h2, "spread over the survivors")
 		require.NotZero(t, h3, "spread over the survivors")
-		for i := range 40 {
-			name := "o" + strconv.Itoa(i)
+		for _, name := range names {
 			v, err := n2.get(name, "k")
 			if err != nil {
 				var noe *core.NotOwnerError
@@ -176,5 +191,100 @@ func TestClusterReadiness(t *testing.T) {
 		view.CutLeases(false)
 		time.Sleep(clusterTTL / 2)
 		require.NoError(t, n.rt.Stats().Cluster.Ready)
+	})
+}
+
+// S-CL4, S-CL12: a shutdown drains in order: the commits under way finish first, under the lease,
+// and only then is the lease handed back. Meanwhile another node is refused, naming this one; then
+// it takes the shard at once and reads what the last turn committed.
+func TestClusterShutdownCommitsBeforeHandingBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := replogtest.NewMemCluster()
+		n1 := openNode(t, c, "n1")
+		n2 := openNode(t, c, "n2")
+		defer n2.rt.Close()
+		require.NoError(t, n1.put("acct", "k", "before"))
+		stub, err := n1.ns.Get("acct")
+		require.NoError(t, err)
+		release, done := make(chan struct{}), make(chan error, 1)
+		var freed sync.Once
+		free := func() { freed.Do(func() { close(release) }) }
+		t.Cleanup(free) // a failed assertion ends the turn too
+		go func() {
+			done <- core.Do(context.Background(), stub, func(ctx context.Context, st *core.State) error {
+				if err := st.Storage().Put(ctx, "k", []byte("last")); err != nil {
+					return err
+				}
+				<-release // a turn under way as the shutdown begins
+				return nil
+			})
+		}()
+		synctest.Wait()
+		shut := make(chan error, 1)
+		go func() { shut <- n1.rt.Shutdown(context.Background()) }()
+		synctest.Wait()
+		_, err = n2.get("acct", "k")
+		var noe *core.NotOwnerError
+		require.ErrorAs(t, err, &noe, "node 1 holds the shard while its turn is under way")
+		require.Equal(t, "n1", noe.Holder)
+
+		free()
+		require.NoError(t, <-done, "the turn under way commits")
+		require.NoError(t, <-shut)
+		start := time.Now()
+		v, err := n2.get("acct", "k")
+		require.NoError(t, err)
+		require.Equal(t, "last", v)
+		require.Zero(t, time.Since(start), "the lease was handed back: taken at once")
+	})
+}
+
+// slowGets is a node's leases whose every Get takes delay once armed, as a read through a stream
+// that elects a new leader does.
+type slowGets struct {
+	replog.Leases
+	delay atomic.Int64
+}
+
+func (l *slowGets) Get(ctx context.Context, shard int) (uint64, []byte, error) {
+	time.Sleep(time.Duration(l.delay.Load()))
+	return l.Leases.Get(ctx, shard)
+}
+
+// S-CL4, S-CL12: a dead node's shard is taken over as soon as the survivor's read of its lease
+// comes back, though that read took longer than the survivor remembers an unheard lease: the lease
+// was seen unrenewed since before the read, and its revision is unchanged, so there is no second
+// LeaseTTL to wait and no second read.
+func TestClusterSlowTakeoverReadCountsFromTheLastRenewal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := replogtest.NewMemCluster()
+		n1 := openNode(t, c, "n1")
+		var slow *slowGets
+		n2 := openNode(t, c, "n2", func(o *core.Options) {
+			slow = &slowGets{Leases: o.Replication.Leases}
+			o.Replication.Leases = slow
+		})
+		defer n2.rt.Close()
+		time.Sleep(3 * clusterTTL) // settled
+		name := placedAt(c, "n1", []string{"n1", "n2"}, 1)[0]
+		require.NoError(t, n1.put(name, "k", "v"))
+
+		const delay = 6 * time.Second // the survivor forgets a lease unheard for 2 LeaseTTL (8 s)
+		slow.delay.Store(int64(delay))
+		n1.view.CutBeacon(true) // node 1 dies
+		n1.view.CutLeases(true)
+		n1.view.CutLog(true)
+		start := time.Now()
+		for n2.rt.Stats().Cluster.HeldLeases == 0 {
+			time.Sleep(clusterTTL / 16)
+			require.Less(t, time.Since(start), 4*clusterTTL, "node 2 never took the shard over")
+		}
+		took := time.Since(start)
+		require.LessOrEqual(t, took, clusterTTL+delay+clusterTTL/4, "one LeaseTTL after the last renewal, and one read")
+		slow.delay.Store(0)
+		v, err := n2.get(name, "k")
+		require.NoError(t, err)
+		require.Equal(t, "v", v)
+		n1.rt.Close()
 	})
 }

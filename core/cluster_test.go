@@ -1121,20 +1121,21 @@ func TestClusterRenewalAckLost(t *testing.T) {
 		defer n1.rt.Close()
 		n2 := openNode(t, c, "n2")
 		defer n2.rt.Close()
-		require.NoError(t, n1.put("acct", "balance", "1"))
+		acct := placedAt(c, "n1", []string{"n1", "n2"}, 1)[0] // node 1 keeps it once node 2 settles
+		require.NoError(t, n1.put(acct, "balance", "1"))
 		lost.mu.Lock()
 		lost.lose = 1
 		lost.mu.Unlock()
 		for i := range 8 {
 			time.Sleep(clusterTTL / 4)
-			v, err := n1.get("acct", "balance")
+			v, err := n1.get(acct, "balance")
 			require.NoError(t, err, "after %d quarters of LeaseTTL", i+1)
 			require.Equal(t, "1", v)
 		}
-		_, err := n2.get("acct", "balance")
+		_, err := n2.get(acct, "balance")
 		require.ErrorIs(t, err, core.ErrNotOwner)
 		time.Sleep(clusterTTL)
-		_, err = n2.get("acct", "balance")
+		_, err = n2.get(acct, "balance")
 		require.ErrorIs(t, err, core.ErrNotOwner, "node 1 renews its lease")
 	})
 }
@@ -1206,8 +1207,9 @@ func TestClusterRenewsManyLeases(t *testing.T) {
 			time.Sleep(time.Second)
 		}()
 		const objects = 60
+		names := placedAt(c, "n1", []string{"n1", "n2"}, objects) // node 1 keeps them once node 2 settles
 		for i := range objects {
-			require.NoError(t, n1.put("o"+strconv.Itoa(i), "k", "v"))
+			require.NoError(t, n1.put(names[i], "k", "v"))
 		}
 		slow.mu.Lock()
 		slow.delay = 100 * time.Millisecond // 60 renewals in a row: 6 s, more than LeaseTTL
@@ -1215,7 +1217,7 @@ func TestClusterRenewsManyLeases(t *testing.T) {
 		for q := range 12 {
 			time.Sleep(clusterTTL / 4)
 			for i := range objects {
-				_, err := n2.get("o"+strconv.Itoa(i), "k")
+				_, err := n2.get(names[i], "k")
 				require.ErrorIs(t, err, core.ErrNotOwner, "object %d after %d quarters of LeaseTTL", i, q+1)
 			}
 		}

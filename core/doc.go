@@ -97,7 +97,8 @@
 // Stub.ServeHTTP answers 421 with the headers Durable-Owner and Durable-Owner-Address) until it has seen the lease unrenewed for LeaseTTL;
 // then it takes over, replays the object's log and appends an epoch record fencing the old owner
 // (ErrFenced at its next commit). A dead node's shards are taken over by the survivors without
-// waiting for a call. A turn whose lease cannot be proven valid is refused (ErrLeaseUnproven); an
+// waiting for a call, and a node holding a shard that rendezvous hashing places at another live
+// node hands it over, a few per LeaseTTL, so a node that comes back gets its share back. A turn whose lease cannot be proven valid is refused (ErrLeaseUnproven); an
 // append whose outcome stays unknown fails with ErrCommitUnknown. Local files are a cache, rebuilt
 // from the latest snapshot and the records after it; the eviction of a shard's last object (unless
 // the shard has pending alarms), and Shutdown, which drains first, hand its lease back.

@@ -214,8 +214,15 @@ func (o *object) refused(err error) error {
 
 // claim makes the object servable by this node for a turn, in cluster mode (see replica.Object's
 // Claim). A node that lost the object to another fails it.
-func (o *object) claim() error {
-	err := o.repl.Claim(o)
+func (o *object) claim() error { return o.claimed(o.repl.Claim(o)) }
+
+// inShard reports whether the object is of shard, in cluster mode.
+func (o *object) inShard(shard int) bool { return o.repl != nil && o.repl.Shard() == shard }
+
+// resume is claim for a turn that goes on after Await (see replica.Object's Resume).
+func (o *object) resume() error { return o.claimed(o.repl.Resume(o)) }
+
+func (o *object) claimed(err error) error {
 	if no := (*replica.NotOwner)(nil); errors.As(err, &no) {
 		return &NotOwnerError{Key: no.Key, Holder: no.Holder, Address: o.rt.cluster.AddrOf(no.Holder), Until: no.Until}
 	}

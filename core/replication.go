@@ -170,7 +170,7 @@ func (rt *Runtime) openReplication() error {
 		return nil
 	}
 	cfg := replica.Config{Node: r.Node, Advertise: r.Advertise, Log: r.Log, Leases: r.Leases, Beacon: r.Beacon, LeaseTTL: r.LeaseTTL,
-		SnapshotEvery: r.SnapshotEvery, Now: rt.now, Logger: rt.log}
+		SnapshotEvery: r.SnapshotEvery, Now: rt.now, Logger: rt.log, Evict: rt.evictShard}
 	orDefault(&cfg.LeaseTTL, time.Second)
 	orDefault(&cfg.SnapshotEvery, 1000)
 	n, err := replica.Start(cfg)
@@ -185,4 +185,19 @@ func (rt *Runtime) openReplication() error {
 		}
 	}
 	return nil
+}
+
+// evictShard closes the idle resident objects of shard, which this node hands over to another:
+// the last one closed hands the shard's lease back. Busy ones are closed once idle, by a later call.
+func (rt *Runtime) evictShard(shard int) {
+	if rt.isClosed.Load() {
+		return // Shutdown closes every object itself
+	}
+	for _, ns := range rt.snapshotNamespaces() {
+		for _, o := range ns.snapshot() {
+			if o.inShard(shard) && o.tryEvict() {
+				o.evict("handover")
+			}
+		}
+	}
 }

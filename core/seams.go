@@ -20,7 +20,7 @@ type telemetryHooks = telemetry.Telemetry
 
 // replicator is an object's side of cluster mode (package replica's Object), in object.repl; nil in
 // the single-process runtime. Its methods are called by the gate holder, in this order over an
-// object's life: Claim before a turn runs (and again after each Await), Servable and Opened when
+// object's life: Claim before a turn runs (Resume after each Await), Servable and Opened when
 // the turn opens the database, Prepare before the batch's local COMMIT (then IndexAlarm, when the
 // batch moved the object's earliest timer), Ship after it and before the output is released
 // (then AlarmCommitted, with that timer), Committed after the output is released, Failed when the
@@ -28,6 +28,8 @@ type telemetryHooks = telemetry.Telemetry
 // (object.go).
 type replicator interface {
 	Claim(h replica.Host) error
+	Resume(h replica.Host) error
+	Shard() int
 	Servable() error
 	Opened(fresh bool) error
 	Prepare(st *store, dirty bool) error

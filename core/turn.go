@@ -399,7 +399,7 @@ func (o *object) await(t *turn, fn func(context.Context) error) (err error) {
 		o.mu.Unlock()
 		t.flags.Or(turnLive)
 		if o.repl != nil && err == nil { // cluster mode: the lease must still hold for the turn to go on
-			err = o.claim()
+			err = o.resume()
 		}
 	}()
 	if cerr != nil {

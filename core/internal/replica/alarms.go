@@ -406,7 +406,7 @@ func (n *Node) adoptShard(shard int) {
 		n.mu.Unlock()
 		return
 	}
-	n.takeOver(shard)
+	n.takeOver(shard, "whose alarms no live node holds")
 }
 
 func unixNano(t time.Time) int64 {

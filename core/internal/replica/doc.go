@@ -1,7 +1,8 @@
 // Package replica is cluster mode's side of the runtime: the shard leases a node holds (lease.go:
 // taken when a call needs one, renewed by one goroutine, handed back with a shard's last object),
 // the cluster's table it keeps from the nodes' beats (members.go: refusals from memory, takeover of
-// a dead node's shards by rendezvous hashing, readiness, drain), the shards' alarm indexes
+// a dead node's shards by rendezvous hashing, readiness, drain; handover.go: a shard that belongs to
+// another node handed over to it, so that placement converges), the shards' alarm indexes
 // (alarms.go: written before a commit that sets an alarm, listed into the runtime's scheduler when
 // a shard is taken, a shard with pending alarms kept or adopted), and for each resident object an
 // Object (object.go) that claims it for a turn (its shard's lease held, local file brought to the
@@ -18,11 +19,12 @@
 //
 //   - The Node owns three goroutines: the renewer (a round every quarter LeaseTTL: renewals, each
 //     in a goroutine of its own that the Node waits for, then a beat), the placer (every eighth
-//     LeaseTTL: takeovers of dead nodes' shards) and the beacon's listener; after ServeAlarms two
-//     more: the alarm worker (listings of taken shards, entries made exact after commits) and the
-//     alarm sweeper (every 2 LeaseTTL: shards with alarms and no live holder). Close stops them all
-//     and waits.
-//   - n.mu guards the tables (held, seen, members) and each lease's refs; a lease's own mu its
+//     LeaseTTL, or at once when a shard is handed to this node: takeovers of dead nodes' shards
+//     and of shards handed over, hand-overs, closing a shard's idle objects through Config.Evict)
+//     and the beacon's listener; after ServeAlarms two more: the alarm worker (listings of taken
+//     shards, entries made exact after commits) and the alarm sweeper (every 2 LeaseTTL: shards
+//     with alarms and no live holder). Close stops them all and waits.
+//   - n.mu guards the tables (held, seen, members, and the hand-overs') and each lease's refs; a lease's own mu its
 //     revision and validity; a lease's renewing serializes its renewal and its release; n.takes
 //     serializes the takes of one shard, so that two objects of a shard never race for its lease;
 //     the alarm book's mu (what the node knows of its shards' alarm entries) comes after n.mu.

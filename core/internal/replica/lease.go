@@ -174,6 +174,10 @@ func (n *Node) acquire(shard int, key string) (*lease, error) {
 		n.mu.Unlock()
 		return nil, &NotOwner{Key: key, Holder: n.successor(shard), Until: n.cfg.Now()}
 	}
+	if h := n.handing[shard]; h != nil { // handed over (handover.go): no new object of it here
+		n.mu.Unlock()
+		return nil, &NotOwner{Key: key, Holder: h.to, Until: n.cfg.Now()}
+	}
 	l := n.held[shard]
 	if l != nil {
 		l.refs++
@@ -186,7 +190,9 @@ func (n *Node) acquire(shard int, key string) (*lease, error) {
 		}
 		return l, nil
 	}
-	// Refused from memory: another node that this node hears beat holds the shard.
+	// Refused from memory: another node that this node hears beat holds the shard; unless it hands
+	// the shard to this node, which then waits for it.
+	n.awaitHandOver(shard)
 	if no := n.heldElsewhere(shard, key); no != nil {
 		return nil, no
 	}
@@ -214,16 +220,20 @@ func (n *Node) unref(l *lease) error {
 	n.mu.Lock()
 	l.refs--
 	now := n.cfg.Now()
-	last := l.refs <= 0 && n.held[l.shard] == l && !now.Before(l.keepTill)
-	if last && n.pinned(l.shard) { // the shard's pending alarms keep it here (alarms.go)
+	handing := n.handing[l.shard] != nil
+	last := l.refs <= 0 && n.held[l.shard] == l && (handing || !now.Before(l.keepTill))
+	if last && !handing && n.pinned(l.shard) { // the shard's pending alarms keep it here (alarms.go); a hand-over's next owner loads them
 		last, l.keepTill = false, now
 	}
 	if last {
 		delete(n.held, l.shard)
 	}
 	n.mu.Unlock()
-	if !last {
+	switch {
+	case !last:
 		return nil
+	case handing: // the last object of a shard handed over: the pick takes it at once
+		return n.handBack(l)
 	}
 	return n.release(l)
 }
@@ -237,11 +247,23 @@ func (n *Node) unref(l *lease) error {
 func (n *Node) take(shard int, key string, keep bool) (*lease, error) {
 	ctx, cancel := opCtx()
 	defer cancel()
+	n.mu.Lock()
+	prior, known := n.seen[shard]
+	n.mu.Unlock()
 	rev, val, err := n.cfg.Leases.Get(ctx, shard)
 	if err != nil {
 		return nil, fmt.Errorf("%w: read the lease of shard %d: %w", ErrLeaseUnproven, shard, err)
 	}
 	now := n.cfg.Now()
+	if known && prior.rev == rev && rev != 0 {
+		// Unrenewed since this node first saw it, before the read: a read slower than the memory
+		// of unheard leases (a stream electing a leader) must not start the wait afresh.
+		n.mu.Lock()
+		if _, ok := n.seen[shard]; !ok {
+			n.seen[shard] = prior
+		}
+		n.mu.Unlock()
+	}
 	if rev != 0 {
 		var v leaseValue
 		_ = json.Unmarshal(val, &v)

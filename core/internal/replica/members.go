@@ -31,6 +31,7 @@ type member struct {
 	ready    bool
 	draining bool
 	shards   map[int]uint64 // the leases it holds, by shard, and their revisions
+	handing  map[int]string // the shards it hands over, and to whom (handover.go)
 }
 
 // beatMsg is a beat.
@@ -42,6 +43,7 @@ type beatMsg struct {
 	Draining bool           `json:"draining,omitempty"`
 	Gone     bool           `json:"gone,omitempty"` // the node closed: forget it
 	Shards   map[int]uint64 `json:"shards,omitempty"`
+	Handing  map[int]string `json:"handing,omitempty"` // shard -> the node it is handed to
 }
 
 // deadAfter is how long a node is thought alive after its last beat: three beats missed.
@@ -64,6 +66,7 @@ func (n *Node) beat(gone bool) {
 		ls = append(ls, l)
 	}
 	msg.Ready = n.readyLocked(now) == nil && !gone
+	msg.Handing = n.handingLocked()
 	n.mu.Unlock()
 	for _, l := range ls {
 		if !gone && n.validAt(l, now.Add(n.cfg.LeaseTTL/4)) { // valid until the next beat at least
@@ -100,10 +103,11 @@ func (n *Node) heard(b []byte) {
 		m = &member{name: msg.Node, inc: msg.Inc, first: now}
 		n.members[msg.Node] = m
 	}
-	m.last, m.ready, m.draining, m.shards, m.addr = now, msg.Ready, msg.Draining, msg.Shards, msg.Addr
+	m.last, m.ready, m.draining, m.shards, m.addr, m.handing = now, msg.Ready, msg.Draining, msg.Shards, msg.Addr, msg.Handing
 	if msg.Node == n.cfg.Node {
 		return
 	}
+	n.heardHandOvers(&msg)
 	// Another node's leases, timed from when this node first heard of each revision: after a
 	// node's death, the takeover rule counts from its last renewal that was heard.
 	for shard, rev := range msg.Shards {
@@ -192,6 +196,10 @@ func (n *Node) heldElsewhere(shard int, key string) *NotOwner {
 	defer n.mu.Unlock()
 	// A draining node hands its shards back: only the lease can tell.
 	holder, rev := n.announcedHolder(shard, now, false)
+	// A shard handed over (handover.go) is refused in the name of the node it goes to.
+	if _, to := n.handedBy(shard, now); to != "" && to != n.cfg.Node {
+		return &NotOwner{Key: key, Holder: to, Until: now}
+	}
 	if holder == "" {
 		return nil
 	}
@@ -218,7 +226,9 @@ func (n *Node) announcedHolder(shard int, now time.Time, withDraining bool) (hol
 }
 
 // placer takes over, every eighth of LeaseTTL, the shards of nodes that stopped beating, each
-// shard by the survivor that rendezvous hashing picks, once the shard's lease has lapsed.
+// shard by the survivor that rendezvous hashing picks, once the shard's lease has lapsed; takes at
+// once the shards handed to this node; and hands over the shards that belong to another node
+// (handover.go).
 func (n *Node) placer() {
 	t := time.NewTicker(n.cfg.LeaseTTL / 8)
 	defer t.Stop()
@@ -227,10 +237,13 @@ func (n *Node) placer() {
 		case <-n.stop:
 			return
 		case <-t.C:
+		case <-n.wake:
 		}
+		n.takeOffered()
 		for _, shard := range n.orphans() {
-			n.takeOver(shard)
+			n.takeOver(shard, "whose node stopped beating")
 		}
+		n.rebalance()
 	}
 }
 
@@ -261,8 +274,9 @@ func (n *Node) orphans() []int {
 	return out
 }
 
-// takeOver takes the lease of a dead node's shard and keeps it, with no object of it resident yet.
-func (n *Node) takeOver(shard int) {
+// takeOver takes the lease of a dead node's shard, or of one handed to this node, and keeps it,
+// with no object of it resident yet. why says which, for the log.
+func (n *Node) takeOver(shard int, why string) {
 	n.takes[shard].Lock()
 	defer n.takes[shard].Unlock()
 	n.mu.Lock()
@@ -275,7 +289,7 @@ func (n *Node) takeOver(shard int) {
 	var no *NotOwner
 	switch {
 	case err == nil:
-		n.cfg.Logger.Info("took over a shard whose node stopped beating", "event", "shard_taken_over", "shard", shard)
+		n.cfg.Logger.Info("took over a shard "+why, "event", "shard_taken_over", "shard", shard)
 		n.beat(false)
 	case errors.As(err, &no):
 		// Renewed after all, or another survivor was quicker: the table says so at the next beat.

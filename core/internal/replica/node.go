@@ -40,6 +40,9 @@ type Config struct {
 	SnapshotEvery int
 	Now           func() time.Time // the runtime's clock
 	Logger        *slog.Logger
+	// Evict closes the resident objects of shard that are idle, for a hand-over (handover.go): the
+	// last one closed hands the lease back. The placer calls it; nil closes none.
+	Evict func(shard int)
 }
 
 // Node is the runtime's side of cluster mode: the shard leases this node holds, renewed by one
@@ -60,6 +63,13 @@ type Node struct {
 	members  map[string]*member // by name: the nodes heard beating, this one too
 	draining bool               // Drain was called: no shard is taken, the held ones go back
 	engineOK time.Time          // when a call to the leases last succeeded
+	handing  map[int]*handOver  // by shard: the shards this node hands over (handover.go)
+	begun    []time.Time        // when the hand-overs of the last LeaseTTL began
+	heldBack map[int]time.Time  // by shard: no hand-over before then (one was given up)
+	offered  map[int]string     // by shard: handed to this node and handed back, by the node named
+	handedIn chan struct{}      // closed, and replaced, when a shard is handed to this node
+
+	wake chan struct{} // wakes the placer: a shard was handed to this node
 
 	alarms alarmBook // the held shards' alarm indexes (alarms.go)
 
@@ -78,7 +88,8 @@ func Start(cfg Config) (*Node, error) {
 	rand.Read(rnd[:])
 	n := &Node{cfg: cfg, margin: cfg.LeaseTTL / 8, inc: hex.EncodeToString(rnd[:]), shards: cfg.Log.Shards(),
 		start: cfg.Now(), held: map[int]*lease{}, seen: map[int]seenLease{}, members: map[string]*member{},
-		stop: make(chan struct{})}
+		handing: map[int]*handOver{}, heldBack: map[int]time.Time{}, offered: map[int]string{}, handedIn: make(chan struct{}),
+		wake: make(chan struct{}, 1), stop: make(chan struct{})}
 	n.takes = make([]sync.Mutex, n.shards)
 	n.alarms.init()
 	stop, err := cfg.Beacon.Listen(n.heard)

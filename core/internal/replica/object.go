@@ -60,11 +60,24 @@ func (n *Node) Object(ns, name, path string) *Object {
 
 // Claim makes the object servable by this node for one turn: its shard's lease held (taken, or
 // proven valid), its local file at the log's head, this node's epoch record appended. *NotOwner
-// while another node holds a valid lease of the shard; ErrFenced if this node's lease was taken
-// over (the caller then fails the object, and Failed is told).
-func (x *Object) Claim(h Host) error {
+// while another node holds a valid lease of the shard, or while this node hands the shard over;
+// ErrFenced if this node's lease was taken over (the caller then fails the object, and Failed is
+// told).
+func (x *Object) Claim(h Host) error { return x.claim(h, false) }
+
+// Resume is Claim for a turn that goes on after Await: a turn under way finishes though its shard
+// is being handed over.
+func (x *Object) Resume(h Host) error { return x.claim(h, true) }
+
+// Shard is the object's shard.
+func (x *Object) Shard() int { return x.shard }
+
+func (x *Object) claim(h Host, resume bool) error {
 	n := x.n
 	if x.lease != nil {
+		if to := n.handingTo(x.shard); to != "" && !resume { // no new turn of a shard handed over
+			return &NotOwner{Key: x.key, Holder: to, Until: n.cfg.Now()}
+		}
 		if err := n.check(x.lease); err != nil {
 			return err
 		}
