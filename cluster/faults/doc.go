@@ -15,8 +15,9 @@
 // A Target says what the node processes run and how clients reach them; EngineTarget is the
 // JetStream engine of package cluster alone (raw appends with expected sequences), RuntimeTarget
 // the runtime in cluster mode over it (a register object per key, written with an expected
-// version through any node; a node that does not own the key refuses, which stores nothing and is
-// left out of the linearizability check; the epochs of each object's log are checked too). The
+// version through any node, which sends the call to the key's owner; a call that reached no owner
+// is refused, which stores nothing and is left out of the linearizability check; the epochs of
+// each object's log are checked too). The
 // harness runs as a test behind the build tag "faults" (-faults.target=runtime for the runtime):
 //
 //	go test -tags faults ./cluster/faults -run TestFaults -faults.duration=45s -faults.seed=1

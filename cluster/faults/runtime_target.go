@@ -38,12 +38,13 @@ var ErrRefused = errors.New("faults: refused, nothing stored")
 // write. A write is a call that writes only if the version is the one expected, and returns the
 // new version (the version plays the part of the log's sequence); a read returns the version and
 // the value; the records at the end are the history, read through a node that owns or takes the
-// object. Clients send each operation to a random node: a node that does not own the key refuses
-// it (ErrRefused), and the key moves to another node only when its owner fails, is stopped, is cut
-// off, or evicts it.
+// object. Clients send each operation to a random node, which calls the register's method (core.Define)
+// wherever the register lives: the runtime sends it to the owner (Replication.Calls), and the key
+// moves to another node only when its owner fails, is stopped, is cut off, or evicts it.
 //
-// Errors map to outcomes as follows. ErrNotOwner, ErrFenced, ErrLeaseUnproven and ErrClosed (the
-// node is stopping) are refusals (ErrRefused): the runtime stored nothing; so is a connection that could not be made (the node is
+// Errors map to outcomes as follows. ErrNotOwner, ErrFenced, ErrLeaseUnproven, ErrClosed (the
+// node is stopping) and ErrUnreachable (the call was delivered to no owner) are refusals
+// (ErrRefused): the runtime stored nothing; so is a connection that could not be made (the node is
 // down: nothing was sent). ErrCommitUnknown, any other error of the call, and any other error of
 // the transport (a timeout, a broken connection) are unknown outcomes.
 //
@@ -83,7 +84,7 @@ func (RuntimeTarget) RunNode(ctx context.Context, spec NodeSpec) error {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	rt, err := core.Open(core.Options{
 		Dir: filepath.Join(spec.Dir, "objects"), Logger: logger, IdleTimeout: time.Second,
-		Replication: &core.Replication{Node: spec.Name, Log: eng, Leases: eng, Beacon: eng, SnapshotEvery: 200},
+		Replication: &core.Replication{Node: spec.Name, Log: eng, Leases: eng, Beacon: eng, Calls: eng, SnapshotEvery: 200},
 	})
 	if err != nil {
 		return err
@@ -216,30 +217,62 @@ func classify(err error) string {
 	case errors.Is(err, core.ErrCommitUnknown):
 		return "unknown"
 	case errors.Is(err, core.ErrNotOwner), errors.Is(err, core.ErrFenced), errors.Is(err, core.ErrLeaseUnproven),
-		errors.Is(err, core.ErrClosed):
+		errors.Is(err, core.ErrClosed), errors.Is(err, core.ErrUnreachable):
 		return "refused"
 	default:
 		return "unknown"
 	}
 }
 
-// RegisterHandler registers the namespace of registers in rt and returns the HTTP handler that
-// serves them: POST /write?key=K&expect=N&value=V, GET /read?key=K, GET /records?key=K, each
-// answered with a JSON regReply, and GET /health.
+// writeArg is the argument of a register's write method.
+type writeArg struct {
+	Expect uint64 `json:"expect"`
+	Value  string `json:"value"`
+}
+
+// RegisterHandler registers the namespace of registers in rt, with its methods (write, read,
+// records: callable from any node, so that a node that does not own a register sends the call to
+// the one that does), and returns the HTTP handler that serves them: POST
+// /write?key=K&expect=N&value=V, GET /read?key=K, GET /records?key=K, each answered with a JSON
+// regReply, and GET /health.
 func RegisterHandler(rt *core.Runtime) (http.Handler, error) {
 	ns, err := core.Register(rt, registerNS, newRegister)
 	if err != nil {
 		return nil, err
 	}
+	write, err := core.Define(ns, "write", func(ctx context.Context, reg *register, a writeArg) (regReply, error) {
+		v, conflict, err := reg.write(ctx, a.Expect, a.Value)
+		if conflict {
+			return regReply{Outcome: "conflict", Version: v}, err
+		}
+		return regReply{Outcome: "ok", Version: v}, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	read, err := core.Define(ns, "read", func(ctx context.Context, reg *register, _ struct{}) (regReply, error) {
+		v, val, err := reg.read(ctx)
+		return regReply{Outcome: "ok", Version: v, Value: val}, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	records, err := core.Define(ns, "records", func(ctx context.Context, reg *register, _ struct{}) (regReply, error) {
+		recs, err := reg.records(ctx)
+		return regReply{Outcome: "ok", Records: recs}, err
+	})
+	if err != nil {
+		return nil, err
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
-	serve := func(w http.ResponseWriter, r *http.Request, fn func(ctx context.Context, reg *register) (regReply, error)) {
+	serve := func(w http.ResponseWriter, r *http.Request, fn func(ctx context.Context, stub *core.Stub[*register]) (regReply, error)) {
 		reply, err := func() (regReply, error) {
 			stub, err := ns.Get(r.URL.Query().Get("key"))
 			if err != nil {
 				return regReply{}, err
 			}
-			return core.Call(r.Context(), stub, fn)
+			return fn(r.Context(), stub)
 		}()
 		if err != nil {
 			reply = regReply{Outcome: classify(err), Error: err.Error()}
@@ -257,24 +290,18 @@ func RegisterHandler(rt *core.Runtime) (http.Handler, error) {
 			http.Error(w, "expect: "+err.Error(), http.StatusBadRequest)
 			return
 		}
-		serve(w, r, func(ctx context.Context, reg *register) (regReply, error) {
-			v, conflict, err := reg.write(ctx, expect, q.Get("value"))
-			if conflict {
-				return regReply{Outcome: "conflict", Version: v}, err
-			}
-			return regReply{Outcome: "ok", Version: v}, err
+		serve(w, r, func(ctx context.Context, stub *core.Stub[*register]) (regReply, error) {
+			return write(ctx, stub, writeArg{Expect: expect, Value: q.Get("value")})
 		})
 	})
 	mux.HandleFunc("GET /read", func(w http.ResponseWriter, r *http.Request) {
-		serve(w, r, func(ctx context.Context, reg *register) (regReply, error) {
-			v, val, err := reg.read(ctx)
-			return regReply{Outcome: "ok", Version: v, Value: val}, err
+		serve(w, r, func(ctx context.Context, stub *core.Stub[*register]) (regReply, error) {
+			return read(ctx, stub, struct{}{})
 		})
 	})
 	mux.HandleFunc("GET /records", func(w http.ResponseWriter, r *http.Request) {
-		serve(w, r, func(ctx context.Context, reg *register) (regReply, error) {
-			recs, err := reg.records(ctx)
-			return regReply{Outcome: "ok", Records: recs}, err
+		serve(w, r, func(ctx context.Context, stub *core.Stub[*register]) (regReply, error) {
+			return records(ctx, stub, struct{}{})
 		})
 	})
 	return mux, nil
