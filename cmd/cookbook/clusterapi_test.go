@@ -34,69 +34,86 @@ func clusterPeer(t *testing.T, c *replogtest.MemCluster, name, addr string, call
 	return view, a, h
 }
 
+// settle is how long the tests let a two-node cluster settle: beats heard,
+// both nodes settled, and placement converged (the shard handed to the
+// node rendezvous hashing picks, which may be either).
+const settle = 12 * time.Second
+
+// ownerOf is the node that holds shard 0 of a one-shard cluster, as
+// /api/cluster at h says, and the other of names.
+func ownerOf(t *testing.T, h http.Handler, names [2]string) (owner, other int) {
+	t.Helper()
+	var v clusterView
+	get(t, h, "/api/cluster", &v)
+	switch v.Shards[0].Owner {
+	case names[0]:
+		return 0, 1
+	case names[1]:
+		return 1, 0
+	}
+	t.Fatalf("shard 0 is held by %q; want one of %v", v.Shards[0].Owner, names)
+	return 0, 0
+}
+
 // In cluster mode, a call for an object another node owns answers 421 in
 // JSON naming the owner and its address, in the body and the headers; GET
 // /api/cluster lists the members with their addresses and each shard's
 // owner, and shows the shards move when a node falls silent. // S-CL4, S-CL12
 func TestAPI_ClusterNamesTheOwner(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := replogtest.NewMemCluster()
-		view1, h1 := clusterApp(t, c, "n1", "http://10.0.0.1:8787")
-		_, h2 := clusterApp(t, c, "n2", "http://10.0.0.2:8787")
-		get(t, h1, "/session/touch?id=s1&key=user&value=ada", nil)
-		time.Sleep(4 * time.Second) // beats heard, both nodes settled
+		c := replogtest.NewMemCluster().WithShards(1)
+		names := [2]string{"n1", "n2"}
+		addrs := [2]string{"http://10.0.0.1:8787", "http://10.0.0.2:8787"}
+		var views [2]*replogtest.MemNode
+		var hs [2]http.Handler
+		for i := range names {
+			views[i], hs[i] = clusterApp(t, c, names[i], addrs[i])
+		}
+		get(t, hs[0], "/session/touch?id=s1&key=user&value=ada", nil)
+		time.Sleep(settle)
+		o, x := ownerOf(t, hs[0], names)
 
 		rec := httptest.NewRecorder()
-		h2.ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), "GET", "/session/get?id=s1&key=user", nil))
+		hs[x].ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), "GET", "/session/get?id=s1&key=user", nil))
 		var refusal errorBody
 		if err := json.Unmarshal(rec.Body.Bytes(), &refusal); err != nil {
 			t.Fatalf("%v in %s", err, rec.Body)
 		}
-		if rec.Code != http.StatusMisdirectedRequest || refusal.Owner != "n1" || refusal.OwnerAddress != "http://10.0.0.1:8787" {
-			t.Fatalf("n2 while n1 owns the session: %d %+v; want 421 naming n1 at http://10.0.0.1:8787", rec.Code, refusal)
+		if rec.Code != http.StatusMisdirectedRequest || refusal.Owner != names[o] || refusal.OwnerAddress != addrs[o] {
+			t.Fatalf("%s while %s owns the session: %d %+v; want 421 naming %s at %s", names[x], names[o], rec.Code, refusal, names[o], addrs[o])
 		}
-		if got, want := rec.Header().Get(core.OwnerHeader)+" "+rec.Header().Get(core.OwnerAddressHeader), "n1 http://10.0.0.1:8787"; got != want {
+		if got, want := rec.Header().Get(core.OwnerHeader)+" "+rec.Header().Get(core.OwnerAddressHeader), names[o]+" "+addrs[o]; got != want {
 			t.Errorf("the 421's owner headers: %q, want %q", got, want)
 		}
 
 		var v clusterView
-		get(t, h2, "/api/cluster", &v)
-		shard := -1
-		for _, s := range v.Shards {
-			if s.Owner == "n1" {
-				shard = s.Shard
-				if s.Address != "http://10.0.0.1:8787" {
-					t.Errorf("shard %d: %+v; want n1's address", s.Shard, s)
-				}
-			} else if s.Owner != "" {
-				t.Errorf("shard %d: %+v; only n1 holds a shard", s.Shard, s)
-			}
+		get(t, hs[x], "/api/cluster", &v)
+		if !v.ClusterMode || v.Node != names[x] || !v.Ready || len(v.Shards) != 1 || v.Shards[0].Owner != names[o] || v.Shards[0].Address != addrs[o] {
+			t.Fatalf("/api/cluster on %s: %+v; want %s, ready, one shard, %s holding it at %s", names[x], v, names[x], names[o], addrs[o])
 		}
-		if !v.ClusterMode || v.Node != "n2" || !v.Ready || len(v.Shards) != replogtest.MemShards || shard < 0 {
-			t.Fatalf("/api/cluster on n2: %+v; want n2, ready, every shard, n1 holding the session's", v)
+		want := make([]clusterMember, 2)
+		for i := range names {
+			want[i] = clusterMember{Name: names[i], Address: addrs[i], Alive: true, Ready: true, Shards: []int{}}
 		}
-		want := []clusterMember{
-			{Name: "n1", Address: "http://10.0.0.1:8787", Alive: true, Ready: true, Shards: []int{shard}},
-			{Name: "n2", Address: "http://10.0.0.2:8787", Alive: true, Ready: true, Shards: []int{}},
-		}
+		want[o].Shards = []int{0}
 		if got, _ := json.Marshal(v.Members); string(got) != string(mustJSON(t, want)) {
-			t.Fatalf("/api/cluster's members on n2: %s; want %s", got, mustJSON(t, want))
+			t.Fatalf("/api/cluster's members on %s: %s; want %s", names[x], got, mustJSON(t, want))
 		}
 
-		// n1 falls silent, as if killed: n2 shows it dead and takes its shard.
-		view1.CutBeacon(true)
-		view1.CutLeases(true)
+		// The owner falls silent, as if killed: the other shows it dead and takes its shard.
+		views[o].CutBeacon(true)
+		views[o].CutLeases(true)
 		time.Sleep(6 * time.Second)
 		v = clusterView{}
-		get(t, h2, "/api/cluster", &v)
-		if v.Shards[shard].Owner != "n2" || v.Shards[shard].Address != "http://10.0.0.2:8787" {
-			t.Fatalf("shard %d after n1 fell silent: %+v; want n2", shard, v.Shards[shard])
+		get(t, hs[x], "/api/cluster", &v)
+		if v.Shards[0].Owner != names[x] || v.Shards[0].Address != addrs[x] {
+			t.Fatalf("shard 0 after %s fell silent: %+v; want %s", names[o], v.Shards[0], names[x])
 		}
-		if m := v.Members[0]; m.Name != "n1" || m.Alive || m.Ready || len(m.Shards) != 0 {
-			t.Fatalf("n1 after it fell silent: %+v; want not alive, holding nothing", m)
+		if m := v.Members[o]; m.Name != names[o] || m.Alive || m.Ready || len(m.Shards) != 0 {
+			t.Fatalf("%s after it fell silent: %+v; want not alive, holding nothing", names[o], m)
 		}
-		view1.CutBeacon(false)
-		view1.CutLeases(false)
+		views[o].CutBeacon(false)
+		views[o].CutLeases(false)
 	})
 }
 
@@ -126,9 +143,16 @@ func mustJSON(t *testing.T, v any) []byte {
 // store), and the objects stay at the owner while it holds them. // S-CL14
 func TestAPI_ClusterRoutesServedAtAnyNode(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := replogtest.NewMemCluster()
-		_, a1, h1 := clusterPeer(t, c, "n1", "http://10.0.0.1:8787", true)
-		view2, a2, h2 := clusterPeer(t, c, "n2", "http://10.0.0.2:8787", true)
+		c := replogtest.NewMemCluster().WithShards(1)
+		names := [2]string{"n1", "n2"}
+		addrs := [2]string{"http://10.0.0.1:8787", "http://10.0.0.2:8787"}
+		var views [2]*replogtest.MemNode
+		var apps [2]*app
+		var hs [2]http.Handler
+		for i := range names {
+			views[i], apps[i], hs[i] = clusterPeer(t, c, names[i], addrs[i], true)
+		}
+		h1 := hs[0]
 		var set, got sessionAnswer
 		get(t, h1, "/session/touch?id=s1&key=user&value=ada", &set)
 		var lim limitResult
@@ -136,56 +160,58 @@ func TestAPI_ClusterRoutesServedAtAnyNode(t *testing.T) {
 		var cnt counterAnswer
 		get(t, h1, "/counter/record?link=l&n=2", &cnt)
 		get(t, h1, "/room/r", nil)
-		time.Sleep(4 * time.Second) // beats heard: n2 knows n1 owns them all
+		time.Sleep(settle) // beats heard, the shard where placement puts it
+		o, x := ownerOf(t, h1, names)
+		ho, hx, viewx := hs[o], hs[x], views[x]
 
-		get(t, h2, "/session/get?id=s1&key=user", &got)
+		get(t, hx, "/session/get?id=s1&key=user", &got)
 		if got.Value == nil || *got.Value != "ada" || got.Deadline == nil || set.Deadline == nil || *got.Deadline != *set.Deadline {
-			t.Fatalf("/session/get at n2: %+v; want n1's value ada and deadline %v", got, set.Deadline)
+			t.Fatalf("/session/get at the other node: %+v; want the value ada and deadline %v", got, set.Deadline)
 		}
-		if code, body := do(t, h2, "GET", "/session/get?id=s1&key=none", nil); code != http.StatusNotFound || !strings.Contains(string(body), `has no value under \"none\"`) {
-			t.Fatalf("/session/get of a missing key at n2: %d %s; want 404", code, body)
+		if code, body := do(t, hx, "GET", "/session/get?id=s1&key=none", nil); code != http.StatusNotFound || !strings.Contains(string(body), `has no value under \"none\"`) {
+			t.Fatalf("/session/get of a missing key at the other node: %d %s; want 404", code, body)
 		}
-		get(t, h2, "/session/touch?id=s1", &got) // four seconds later, by n1's clock
-		if got.Deadline == nil || *got.Deadline != *set.Deadline+4000 {
-			t.Fatalf("/session/touch at n2: %+v; want the deadline moved 4 s from %d", got, *set.Deadline)
+		get(t, hx, "/session/touch?id=s1", &got) // settle later, by the owner's clock
+		if got.Deadline == nil || *got.Deadline != *set.Deadline+settle.Milliseconds() {
+			t.Fatalf("/session/touch at the other node: %+v; want the deadline moved by settle from %d", got, *set.Deadline)
 		}
-		get(t, h2, "/limit?key=k&n=3&limit=5&window=1h", &lim)
+		get(t, hx, "/limit?key=k&n=3&limit=5&window=1h", &lim)
 		if lim.Allowed != 2 || lim.Refused != 1 {
-			t.Fatalf("/limit at n2 after 3 checks at n1: %+v; want 2 allowed, 1 refused", lim)
+			t.Fatalf("/limit at the other node after 3 checks at n1: %+v; want 2 allowed, 1 refused", lim)
 		}
 		var st struct {
 			Offset  *int64
 			Members []any
 		}
 		rec := httptest.NewRecorder()
-		h2.ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), "GET", "/room/r", nil))
+		hx.ServeHTTP(rec, httptest.NewRequestWithContext(t.Context(), "GET", "/room/r", nil))
 		if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil || rec.Code != http.StatusOK || st.Offset == nil || st.Members == nil {
-			t.Fatalf("/room/r at n2: %d %s; want the room's state", rec.Code, rec.Body)
+			t.Fatalf("/room/r at the other node: %d %s; want the room's state", rec.Code, rec.Body)
 		}
 		// The room's WebSockets are accepted at its owner: the answer names it.
-		if got := rec.Header().Get(core.OwnerHeader) + " " + rec.Header().Get(core.OwnerAddressHeader); got != "n1 http://10.0.0.1:8787" {
-			t.Fatalf("/room/r at n2 names %q; want n1 http://10.0.0.1:8787", got)
+		if got := rec.Header().Get(core.OwnerHeader) + " " + rec.Header().Get(core.OwnerAddressHeader); got != names[o]+" "+addrs[o] {
+			t.Fatalf("/room/r at %s names %q; want %s %s", names[x], got, names[o], addrs[o])
 		}
-		view2.CutCalls(true) // n2 cannot reach n1: a retryable 503
-		if code, body := do(t, h2, "GET", "/limit?key=k&n=1&limit=5&window=1h", nil); code != http.StatusServiceUnavailable || !strings.Contains(string(body), "cannot be reached") {
-			t.Fatalf("/limit at n2 cut from n1: %d %s; want 503, the owner's node cannot be reached", code, body)
+		viewx.CutCalls(true) // the other node cannot reach the owner: a retryable 503
+		if code, body := do(t, hx, "GET", "/limit?key=k&n=1&limit=5&window=1h", nil); code != http.StatusServiceUnavailable || !strings.Contains(string(body), "cannot be reached") {
+			t.Fatalf("/limit at the other node, cut from the owner: %d %s; want 503, the owner's node cannot be reached", code, body)
 		}
-		view2.CutCalls(false)
-		get(t, h2, "/counter/record?link=l&n=1", &cnt)
+		viewx.CutCalls(false)
+		get(t, hx, "/counter/record?link=l&n=1", &cnt)
 		if cnt.Recorded != 1 || cnt.Total != 3 || cnt.FlushAt == nil {
-			t.Fatalf("/counter/record at n2: %+v; want total 3, a flush pending", cnt)
+			t.Fatalf("/counter/record at the other node: %+v; want total 3, a flush pending", cnt)
 		}
-		if n1, n2 := a1.rt.Stats().Cluster.HeldLeases, a2.rt.Stats().Cluster.HeldLeases; n1 == 0 || n2 != 0 {
-			t.Fatalf("leases held: n1 %d, n2 %d; want every object still at n1", n1, n2)
+		if ln, lx := apps[o].rt.Stats().Cluster.HeldLeases, apps[x].rt.Stats().Cluster.HeldLeases; ln == 0 || lx != 0 {
+			t.Fatalf("leases held: owner %s %d, %s %d; want every object still at the owner", names[o], ln, names[x], lx)
 		}
-		time.Sleep(31 * time.Second) // n1's flush: into n1's analytics store
-		get(t, h2, "/counter/stats?link=l", &cnt)
+		time.Sleep(31 * time.Second) // the owner's flush: into its analytics store
+		get(t, hx, "/counter/stats?link=l", &cnt)
 		if cnt.Total != 3 || cnt.FlushAt != nil || len(cnt.Flushed) != 1 || cnt.Flushed[0].Count != 3 {
-			t.Fatalf("/counter/stats at n2 after n1's flush: %+v; want 3 flushed, as n1's store holds", cnt)
+			t.Fatalf("/counter/stats at the other node after n1's flush: %+v; want 3 flushed, as the owner's store holds", cnt)
 		}
-		get(t, h2, "/session/end?id=s1", nil)
-		if code, body := do(t, h1, "GET", "/session/get?id=s1&key=user", nil); code != http.StatusNotFound {
-			t.Fatalf("/session/get at n1 after /session/end at n2: %d %s; want 404", code, body)
+		get(t, hx, "/session/end?id=s1", nil)
+		if code, body := do(t, ho, "GET", "/session/get?id=s1&key=user", nil); code != http.StatusNotFound {
+			t.Fatalf("/session/get at the owner after /session/end at the other node: %d %s; want 404", code, body)
 		}
 	})
 }
