@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/durable-go/durable/core"
+	"github.com/durable-go/durable/core/internal/replica"
 	"github.com/durable-go/durable/replog"
 	"github.com/durable-go/durable/replog/replogtest"
 )
@@ -103,6 +104,16 @@ func openAlarmNode(t *testing.T, c *replogtest.MemCluster, name string, log *fir
 	})
 	require.NoError(t, err)
 	return &alarmNode{node: n, name: name, ringers: ns}
+}
+
+// ringerAt returns the name of a ringer whose shard c's placement puts at node among nodes.
+func ringerAt(c *replogtest.MemCluster, node string, nodes []string) string {
+	for i := 0; ; i++ {
+		name := "session-" + strconv.Itoa(i)
+		if replica.Place(c.ShardOf("ringers/"+name), nodes) == node {
+			return name
+		}
+	}
 }
 
 func (n *alarmNode) setAlarm(t *testing.T, name string, at time.Time) {
@@ -254,13 +265,9 @@ func TestClusterAlarmsAfterTakeoverBounded(t *testing.T) {
 		const objects, conc = 120, 4
 		log := newFireLog(time.Second) // each run takes a second
 		bounded := func(o *core.Options) { o.AlarmConcurrency = conc }
+		// n1 alone holds every shard; the survivors join, hear it, and before they have settled
+		// (so that no shard is handed over to them) it dies.
 		n1 := openAlarmNode(t, c, "n1", log, bounded)
-		n2 := openAlarmNode(t, c, "n2", log, bounded)
-		defer n2.rt.Close()
-		n3 := openAlarmNode(t, c, "n3", log, bounded)
-		defer n3.rt.Close()
-		time.Sleep(3 * alarmTTL)
-
 		due := time.Now().Add(time.Hour)
 		shards := map[int]bool{}
 		for i := range objects {
@@ -268,6 +275,11 @@ func TestClusterAlarmsAfterTakeoverBounded(t *testing.T) {
 			shards[c.ShardOf("ringers/o"+strconv.Itoa(i))] = true
 		}
 		require.Greater(t, len(shards), 8, "the objects are spread over the shards")
+		n2 := openAlarmNode(t, c, "n2", log, bounded)
+		defer n2.rt.Close()
+		n3 := openAlarmNode(t, c, "n3", log, bounded)
+		defer n3.rt.Close()
+		time.Sleep(alarmTTL)
 		n1.kill()
 		time.Sleep(time.Until(due))
 		start := time.Now()
@@ -462,23 +474,24 @@ func TestClusterAlarmSlowRaiseDoesNotDelay(t *testing.T) {
 
 		now := time.Now()
 		t1, t2, t3 := now.Add(time.Hour), now.Add(3*time.Hour), now.Add(2*time.Hour)
-		n1.setAlarm(t, "session", t1)
+		name := ringerAt(c, "n1", []string{"n1", "n2"}) // placement leaves it at n1
+		n1.setAlarm(t, name, t1)
 		held.mu.Lock()
 		held.at = t2
 		held.mu.Unlock()
-		n1.setAlarm(t, "session", t2) // the entry stays at t1; its raise to t2 waits
+		n1.setAlarm(t, name, t2) // the entry stays at t1; its raise to t2 waits
 		<-held.waiting
-		n1.setAlarm(t, "session", t3) // while the raise is under way
+		n1.setAlarm(t, name, t3) // while the raise is under way
 		close(held.release)
 		synctest.Wait()
-		at, _, err := c.Node().Log().GetAlarm(context.Background(), "ringers/session")
+		at, _, err := c.Node().Log().GetAlarm(context.Background(), "ringers/"+name)
 		require.NoError(t, err)
 		require.False(t, at.After(t3), "the entry is at %v, after the alarm's %v", at, t3)
 
 		n1.kill()
 		time.Sleep(time.Until(t3) + time.Second)
 		synctest.Wait()
-		fs := log.of("session")
+		fs := log.of(name)
 		require.Len(t, fs, 1)
 		require.Equal(t, "n2", fs[0].node)
 		require.False(t, fs[0].at.Before(t3))
