@@ -271,6 +271,7 @@ func TestClusterSlowTakeoverReadCountsFromTheLastRenewal(t *testing.T) {
 
 		const delay = 6 * time.Second // the survivor forgets a lease unheard for 2 LeaseTTL (8 s)
 		slow.delay.Store(int64(delay))
+		synctest.Wait()         // node 1's last renewal round has beaten: node 2 knows its revision
 		n1.view.CutBeacon(true) // node 1 dies
 		n1.view.CutLeases(true)
 		n1.view.CutLog(true)
