@@ -395,37 +395,38 @@ func TestClusterAlarmLateRemovalRefused(t *testing.T) {
 		n3 := openAlarmNode(t, c, "n3", log)
 		time.Sleep(3 * alarmTTL)
 
+		name := ringerAt(c, "n1", []string{"n1", "n2", "n3"}) // placement leaves it at n1
 		due := time.Now().Add(time.Hour)
-		n1.setAlarm(t, "session", due)
+		n1.setAlarm(t, name, due)
 		held.mu.Lock()
 		held.armed = true
 		held.mu.Unlock()
-		n1.deleteAlarm(t, "session") // committed; its entry's removal waits
+		n1.deleteAlarm(t, name) // committed; its entry's removal waits
 		synctest.Wait()
 		n1.view.CutBeacon(true) // node 1 stops renewing and beating, but its log still answers
 		n1.view.CutLeases(true)
 		time.Sleep(3 * alarmTTL)
 
-		setAlarmAnywhere(t, "session", due, n2, n3)
+		setAlarmAnywhere(t, name, due, n2, n3)
 		close(held.release)
 		synctest.Wait()
 		held.mu.Lock()
 		require.ErrorIs(t, held.err, replog.ErrAlarmMoved, "the late removal was refused")
 		held.mu.Unlock()
-		at, _, err := c.Node().Log().GetAlarm(context.Background(), "ringers/session")
+		at, _, err := c.Node().Log().GetAlarm(context.Background(), "ringers/"+name)
 		require.NoError(t, err)
 		require.True(t, at.Equal(due), "the entry holds the new owner's alarm: %v", at)
 
 		// The new owner dies too: the last node finds the alarm in the index.
 		owner, other := n2, n3
-		if n2.rt.Stats().Cluster.Owners[c.ShardOf("ringers/session")] == "n3" {
+		if n2.rt.Stats().Cluster.Owners[c.ShardOf("ringers/"+name)] == "n3" {
 			owner, other = n3, n2
 		}
 		defer other.rt.Close()
 		owner.kill()
 		time.Sleep(time.Until(due) + time.Second)
 		synctest.Wait()
-		fs := survivors(log.of("session"))
+		fs := survivors(log.of(name))
 		require.NotEmpty(t, fs, "the alarm ran")
 		require.Equal(t, other.name, fs[len(fs)-1].node)
 		require.False(t, fs[0].at.Before(due))

@@ -255,21 +255,19 @@ func (n *Node) take(shard int, key string, keep bool) (*lease, error) {
 		return nil, fmt.Errorf("%w: read the lease of shard %d: %w", ErrLeaseUnproven, shard, err)
 	}
 	now := n.cfg.Now()
-	if known && prior.rev == rev && rev != 0 {
-		// Unrenewed since this node first saw it, before the read: a read slower than the memory
-		// of unheard leases (a stream electing a leader) must not start the wait afresh.
-		n.mu.Lock()
-		if _, ok := n.seen[shard]; !ok {
-			n.seen[shard] = prior
-		}
-		n.mu.Unlock()
-	}
 	if rev != 0 {
 		var v leaseValue
 		_ = json.Unmarshal(val, &v)
 		// A lease of this node's name from before a restart is timed like any other: the process
 		// that held it may be paused, not gone, and would serve reads until its lease ran out.
-		s := n.saw(shard, rev, v.Node, now)
+		var s seenLease
+		if known && prior.rev == rev {
+			// Unrenewed since this node first saw it, before the read: a read slower than the
+			// memory of unheard leases (a stream electing a leader) must not start the wait afresh.
+			s = n.sawSince(shard, prior, now)
+		} else {
+			s = n.saw(shard, rev, v.Node, now)
+		}
 		if now.Sub(s.at) < n.cfg.LeaseTTL {
 			return nil, &NotOwner{Key: key, Holder: v.Node, Until: s.at.Add(n.cfg.LeaseTTL)}
 		}
@@ -310,6 +308,19 @@ const keepTakenOver = 8
 
 // saw records that shard's lease was at rev, held by holder, at now, and returns what this node
 // knows of it: when it first saw that revision.
+// sawSince records that shard's lease is still at the revision prior first saw, checked now, and
+// returns the sighting timed from prior's.
+func (n *Node) sawSince(shard int, prior seenLease, now time.Time) seenLease {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if cur, ok := n.seen[shard]; ok && cur.rev == prior.rev && cur.at.Before(prior.at) {
+		prior = cur
+	}
+	prior.checked = now
+	n.seen[shard] = prior
+	return prior
+}
+
 func (n *Node) saw(shard int, rev uint64, holder string, now time.Time) seenLease {
 	n.mu.Lock()
 	defer n.mu.Unlock()
