@@ -155,7 +155,9 @@ func startProxiedClusterOf(t *testing.T, n int) *proxiedCluster {
 				routes = append(routes, "nats://"+pc.links[i][j].l.Addr().String())
 			}
 		}
-		dir, err := os.MkdirTemp(t.TempDir(), "node")
+		// Not under t.TempDir: its removal would run before the cleanup above has shut the
+		// nodes down (cleanups run last first), while they still write; shutdown removes it.
+		dir, err := os.MkdirTemp("", "durable-node")
 		if err != nil {
 			t.Fatal(err)
 		}
