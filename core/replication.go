@@ -171,7 +171,7 @@ func (rt *Runtime) openReplication() error {
 	}
 	cfg := replica.Config{Node: r.Node, Advertise: r.Advertise, Log: r.Log, Leases: r.Leases, Beacon: r.Beacon, LeaseTTL: r.LeaseTTL,
 		SnapshotEvery: r.SnapshotEvery, Now: rt.now, Logger: rt.log, Evict: rt.evictShard}
-	orDefault(&cfg.LeaseTTL, time.Second)
+	cfg.LeaseTTL = r.leaseTTL()
 	orDefault(&cfg.SnapshotEvery, 1000)
 	n, err := replica.Start(cfg)
 	if err != nil {
@@ -200,4 +200,12 @@ func (rt *Runtime) evictShard(shard int) {
 			}
 		}
 	}
+}
+
+// leaseTTL is the lease time in force.
+func (r *Replication) leaseTTL() time.Duration {
+	if r.LeaseTTL > 0 {
+		return r.LeaseTTL
+	}
+	return time.Second
 }

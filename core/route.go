@@ -209,6 +209,13 @@ func (rc *routedCall) err(err error) error {
 	return &Error{Op: "call", Namespace: rc.ns.name, Name: rc.name, Err: err}
 }
 
+// mayHaveRun is the error of a call that node received and did not answer, and that cannot be
+// asked of it again: its outcome is unknown. cause is the last attempt's error, kept as text only so
+// that its retryable class (ErrUnreachable) does not invite running the call a second time.
+func (rc *routedCall) mayHaveRun(node string, cause error) error {
+	return rc.err(fmt.Errorf("%w: node %q did not answer, and may have run the call: %v", ErrCommitUnknown, node, cause))
+}
+
 // call runs rc here or on its owner, following "moved" answers with the same request id.
 func (ro *router) call(ctx context.Context, rc *routedCall) error {
 	if slices.Contains(rc.chain, rc.ns.name+"/"+rc.name) {
@@ -227,7 +234,7 @@ func (ro *router) call(ctx context.Context, rc *routedCall) error {
 			target, _ = ro.rt.cluster.Owner(shard)
 		}
 		if ran != "" && target != ran {
-			return rc.err(fmt.Errorf("%w: node %q did not answer, and may have run the call: %v", ErrCommitUnknown, ran, last))
+			return rc.mayHaveRun(ran, last)
 		}
 		if target == "" || target == ro.node {
 			err := rc.local(ctx)
@@ -262,7 +269,7 @@ func (ro *router) call(ctx context.Context, rc *routedCall) error {
 			}
 			if ran != "" && (ctx.Err() != nil || !errors.Is(err, replog.ErrNoReply)) {
 				// It cannot be asked again: what it did is unknown.
-				return rc.err(fmt.Errorf("%w: node %q did not answer, and may have run the call: %v", ErrCommitUnknown, ran, err))
+				return rc.mayHaveRun(ran, err)
 			}
 			if ctx.Err() != nil {
 				return last
@@ -305,7 +312,7 @@ func (ro *router) call(ctx context.Context, rc *routedCall) error {
 		return err
 	}
 	if ran != "" {
-		return rc.err(fmt.Errorf("%w: node %q did not answer, and may have run the call: %v", ErrCommitUnknown, ran, last))
+		return rc.mayHaveRun(ran, last)
 	}
 	return last
 }
@@ -424,14 +431,6 @@ func (ro *router) run(ctx context.Context, w *wireCall) (reply []byte, ran bool)
 		return encodeReply(nil, nil, we), we.ran()
 	}
 	return encodeReply(result, hr, nil), true
-}
-
-// leaseTTL is the lease time in force.
-func (r *Replication) leaseTTL() time.Duration {
-	if r.LeaseTTL > 0 {
-		return r.LeaseTTL
-	}
-	return time.Second
 }
 
 func replyErr(err error) []byte { return encodeReply(nil, nil, encodeErr(err)) }
