@@ -3,6 +3,7 @@ package faults
 import (
 	"bufio"
 	"net"
+	"reflect"
 	"testing"
 	"time"
 
@@ -195,4 +196,66 @@ func TestLink_Modes(t *testing.T) {
 	}
 	echo.Close()
 	<-done
+}
+
+// S-X6: the report splits operations by fault windows: an operation is in one if any part of it
+// falls between a fault's start and the grace after its end; the shares count acknowledged writes
+// among those not in conflict, and reads that returned among every operation attempted.
+func TestSplit_FaultWindows(t *testing.T) {
+	windows := []Window{{Fault: "SIGKILL n1", Start: 100 * ms, End: 200 * ms}}
+	grace := 50 * ms
+	failedRead := Op{Client: 1, Out: Unknown, Call: 110 * ms, Return: 120 * ms}
+	refused := write(1, 0, "r", 0, Refused, 240*ms, 245*ms)
+	refused.Err = `call registers/"k1": node "n1" unreachable at 127.0.0.1:4222`
+	ops := []Op{
+		write(0, 0, "a", 1, OK, 0, 10*ms),             // before
+		write(0, 1, "b", 0, Conflict, 20*ms, 30*ms),   // before
+		read(0, 1, "a", 40*ms, 50*ms),                 // before
+		write(0, 1, "c", 2, OK, 90*ms, 101*ms),        // returns inside
+		failedRead,                                    // inside
+		refused,                                       // in the grace
+		write(0, 2, "d", 0, Unknown, 249*ms, 400*ms),  // called in the grace
+		write(0, 2, "e", 0, Refused, 251*ms, 252*ms),  // after
+		write(0, 2, "f", 3, OK, 260*ms, 270*ms),       // after
+		read(0, 3, "f", 280*ms, 290*ms),               // after
+		write(0, 3, "g", 4, OK, 300*ms, 310*ms),       // after
+		write(0, 4, "h", 0, Conflict, 320*ms, 330*ms), // after
+		write(0, 4, "i", 5, OK, 340*ms, 350*ms),       // after
+	}
+	in, out := Split(ops, windows, grace)
+	wantIn := OpStats{Writes: 3, Acked: 1, Refused: 1, Unknown: 1, ReadFails: 1}
+	wantOut := OpStats{Writes: 7, Acked: 4, Conflicts: 2, Refused: 1, Reads: 2}
+	in.Refusals, out.Refusals = nil, nil
+	if !reflect.DeepEqual(in, wantIn) {
+		t.Errorf("in fault windows: %+v; want %+v", in, wantIn)
+	}
+	if !reflect.DeepEqual(out, wantOut) {
+		t.Errorf("outside fault windows: %+v; want %+v", out, wantOut)
+	}
+	in, out = Split(ops, windows, grace)
+	if got := in.Refusals[`call registers/"…": node "…" unreachable at N.N.N.N:N`]; got != 1 {
+		t.Errorf("refusal reasons %v; want the refusal counted under its reason with names and numbers blanked", in.Refusals)
+	}
+	// 4 acknowledged of the 5 writes not in conflict; 2 reads of 9 operations.
+	if got, want := out.AckedShare(), 4.0/5; got != want {
+		t.Errorf("acked share %v; want %v", got, want)
+	}
+	if got, want := out.ReadShare(), 2.0/9; got != want {
+		t.Errorf("read share %v; want %v", got, want)
+	}
+	if m := out.Misses(); len(m) != 2 {
+		t.Errorf("misses %q; want both targets missed", m)
+	}
+	good := OpStats{Writes: 100, Acked: 81, Conflicts: 10, Refused: 9, Reads: 60}
+	if m := good.Misses(); len(m) != 0 { // 81 of 90 is 90%, 60 of 160 is 37.5%
+		t.Errorf("misses %q; want none", m)
+	}
+	bad := OpStats{Writes: 100, Acked: 80, Conflicts: 10, Refused: 10, Reads: 60}
+	if m := bad.Misses(); len(m) != 1 {
+		t.Errorf("misses %q; want the acknowledged share missed (80 of 90)", m)
+	}
+	// Time outside: 400 ms, less 100..250 and an overlapping window 240..300+50.
+	if got := Outside(append(windows, Window{Start: 240 * ms, End: 300 * ms}), grace, 400*ms); got != 150*ms {
+		t.Errorf("outside %v; want 150ms", got)
+	}
 }

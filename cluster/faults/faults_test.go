@@ -18,6 +18,8 @@ var (
 	seed     = flag.Uint64("faults.seed", 1, "the seed of the fault schedule and the clients")
 	nodes    = flag.Int("faults.nodes", 3, "node processes (3 or 5)")
 	target   = flag.String("faults.target", "engine", "what to put through the faults")
+	grace    = flag.Duration("faults.grace", faults.DefaultGrace, "how long a fault's window lasts after every node is ready again")
+	avail    = flag.Bool("faults.require-availability", false, "fail if the operations outside fault windows miss the availability targets")
 )
 
 var targets = []faults.Target{faults.EngineTarget{}, faults.RuntimeTarget{}}
@@ -50,8 +52,15 @@ func TestFaults(t *testing.T) {
 	if tg == nil {
 		t.Fatalf("no target %q", *target)
 	}
-	sum := faults.Run(t, faults.Config{Target: tg, Nodes: *nodes, Duration: *duration, Seed: *seed})
+	sum := faults.Run(t, faults.Config{Target: tg, Nodes: *nodes, Duration: *duration, Seed: *seed, Grace: *grace})
 	t.Log(sum)
+	t.Logf("refusals in fault windows, most frequent first:%s", sum.In.TopRefusals(5))
+	t.Logf("refusals outside fault windows, most frequent first:%s", sum.Out.TopRefusals(5))
+	if *avail {
+		for _, m := range sum.Out.Misses() {
+			t.Errorf("availability: %s", m)
+		}
+	}
 	if !sum.OK() {
 		t.Errorf("%s", sum)
 	}

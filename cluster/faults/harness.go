@@ -27,47 +27,16 @@ type Config struct {
 	Shards   int           // streams the log is spread over (default 4)
 	Duration time.Duration // how long faults are injected
 	Seed     uint64        // the fault schedule's and the clients' seed
-	Keys     int           // keys the clients write (default 3)
+	Keys     int           // keys the clients write (default 6: one per client)
 	Clients  int           // concurrent clients (default 6)
 	StopFor  time.Duration // how long a SIGSTOP lasts (default 6 s: longer than a lease)
+	// Grace is how long a fault's window lasts after the fault is healed and every node is ready
+	// again (DefaultGrace); the cluster works undisturbed for Grace and 1 to 4 s more between two
+	// faults.
+	Grace time.Duration
 	// CheckTimeout bounds porcupine's search per key (default 2 min).
 	CheckTimeout time.Duration
 	Logf         func(format string, args ...any)
-}
-
-// Summary is what a run found.
-type Summary struct {
-	Target                                        string
-	Nodes                                         int
-	Seed                                          uint64
-	Duration                                      time.Duration
-	Cycles, Kills, KillAlls, Stops, Restarts      int
-	Partitions, OneWay                            int
-	Ops, Writes, Acked, Conflicts, Unknown, Reads int
-	Refused, LogRecords                           int
-	Lost, Phantoms, EpochDrops                    int
-	Verdicts                                      []*Verdict
-}
-
-// OK reports whether every key passed every checker.
-func (s *Summary) OK() bool {
-	for _, v := range s.Verdicts {
-		if !v.OK() {
-			return false
-		}
-	}
-	return len(s.Verdicts) > 0
-}
-
-// String is the summary line.
-func (s *Summary) String() string {
-	var ps []string
-	for _, v := range s.Verdicts {
-		ps = append(ps, fmt.Sprintf("%s=%s", v.Key, v.Porcupine))
-	}
-	return fmt.Sprintf("faults: target=%s nodes=%d seed=%d duration=%v cycles=%d kills=%d killalls=%d stops=%d restarts=%d partitions=%d oneway=%d ops=%d writes=%d acked=%d conflicts=%d unknown=%d refused=%d reads=%d acked-checked=%d lost=%d phantoms=%d log-records=%d epoch-drops=%d porcupine: %s",
-		s.Target, s.Nodes, s.Seed, s.Duration, s.Cycles, s.Kills, s.KillAlls, s.Stops, s.Restarts, s.Partitions, s.OneWay,
-		s.Ops, s.Writes, s.Acked, s.Conflicts, s.Unknown, s.Refused, s.Reads, s.Acked, s.Lost, s.Phantoms, s.LogRecords, s.EpochDrops, strings.Join(ps, " "))
 }
 
 // proc is one node process, restarted with the same spec.
@@ -103,13 +72,16 @@ func Run(t testing.TB, cfg Config) *Summary {
 		cfg.Shards = 4
 	}
 	if cfg.Keys == 0 {
-		cfg.Keys = 3
+		cfg.Keys = 6
 	}
 	if cfg.Clients == 0 {
 		cfg.Clients = 6
 	}
 	if cfg.StopFor == 0 {
 		cfg.StopFor = 6 * time.Second
+	}
+	if cfg.Grace == 0 {
+		cfg.Grace = DefaultGrace
 	}
 	if cfg.CheckTimeout == 0 {
 		cfg.CheckTimeout = 2 * time.Minute
@@ -135,7 +107,7 @@ func Run(t testing.TB, cfg Config) *Summary {
 		defer c.Close()
 	}
 
-	sum := &Summary{Target: cfg.Target.Name(), Nodes: cfg.Nodes, Seed: cfg.Seed, Duration: cfg.Duration}
+	sum := &Summary{Target: cfg.Target.Name(), Nodes: cfg.Nodes, Seed: cfg.Seed, Duration: cfg.Duration, Grace: cfg.Grace}
 	keys := make([]string, cfg.Keys)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("registers/k%d", i)
@@ -150,6 +122,7 @@ func Run(t testing.TB, cfg Config) *Summary {
 	h.faults(sum, rand.New(rand.NewPCG(cfg.Seed, 0)))
 	stopClients()
 	wg.Wait()
+	sum.Ran = h.since()
 
 	// Heal, bring every node back, and read every key's records from one node once the cluster
 	// serves again.
@@ -187,25 +160,9 @@ func Run(t testing.TB, cfg Config) *Summary {
 	}
 	h.reapAll()
 	for _, ops := range w.ops {
-		for _, op := range ops {
-			sum.Ops++
-			if !op.Write {
-				sum.Reads++
-				continue
-			}
-			sum.Writes++
-			switch op.Out {
-			case OK:
-				sum.Acked++
-			case Conflict:
-				sum.Conflicts++
-			case Refused:
-				sum.Refused++
-			default:
-				sum.Unknown++
-			}
-		}
+		sum.count(ops)
 	}
+	sum.count(w.readFails)
 	return sum
 }
 
@@ -364,24 +321,30 @@ func (h *harness) healAll() {
 	}
 }
 
-// faults injects faults until the duration is over, one at a time, each healed before the next.
+// faults injects faults until the duration is over, one at a time, each healed before the next,
+// and notes each one's window in sum.Windows: from its injection until every node is ready again
+// after it was healed (Readier), the window's end; Grace later the next may come.
 func (h *harness) faults(sum *Summary, r *rand.Rand) {
 	n := h.cfg.Nodes
 	end := time.Now().Add(h.cfg.Duration)
 	pause := func(lo, hi time.Duration) { time.Sleep(lo + time.Duration(r.Int64N(int64(hi-lo)))) }
 	for time.Now().Before(end) {
-		pause(time.Second, 3*time.Second) // the cluster works undisturbed for a while
+		// The cluster works undisturbed for a while: the last fault's grace, and more.
+		pause(h.cfg.Grace+time.Second, h.cfg.Grace+4*time.Second)
 		i := r.IntN(n)
 		kind := r.IntN(7)
+		w := Window{Start: h.since()}
 		switch kind {
 		case 0, 1:
-			h.cfg.Logf("faults: %v: SIGKILL %s", h.since(), h.procs[i].spec.Name)
+			w.Fault = "SIGKILL " + h.procs[i].spec.Name
+			h.cfg.Logf("faults: %v: %s", w.Start, w.Fault)
 			h.procs[i].kill()
 			sum.Kills++
 			pause(500*time.Millisecond, 4*time.Second)
 			h.launch(h.procs[i])
 		case 2:
-			h.cfg.Logf("faults: %v: SIGKILL every node", h.since())
+			w.Fault = "SIGKILL every node"
+			h.cfg.Logf("faults: %v: %s", w.Start, w.Fault)
 			for _, p := range h.procs {
 				p.kill()
 			}
@@ -391,31 +354,70 @@ func (h *harness) faults(sum *Summary, r *rand.Rand) {
 				h.launch(p)
 			}
 		case 3:
-			h.cfg.Logf("faults: %v: SIGSTOP %s for %v", h.since(), h.procs[i].spec.Name, h.cfg.StopFor)
+			w.Fault = fmt.Sprintf("SIGSTOP %s for %v", h.procs[i].spec.Name, h.cfg.StopFor)
+			h.cfg.Logf("faults: %v: %s", w.Start, w.Fault)
 			h.procs[i].stop()
 			sum.Stops++
 			time.Sleep(h.cfg.StopFor)
 			h.procs[i].cont()
 		case 4:
-			h.cfg.Logf("faults: %v: %s cut off from the others", h.since(), h.procs[i].spec.Name)
+			w.Fault = h.procs[i].spec.Name + " cut off from the others"
+			h.cfg.Logf("faults: %v: %s", w.Start, w.Fault)
 			h.net.Isolate(i)
 			sum.Partitions++
 			pause(3*time.Second, 8*time.Second)
 			h.net.Heal()
 		case 5:
 			j := (i + 1 + r.IntN(n-1)) % n
-			h.cfg.Logf("faults: %v: %s no longer hears %s (one way)", h.since(), h.procs[j].spec.Name, h.procs[i].spec.Name)
+			w.Fault = fmt.Sprintf("%s no longer hears %s (one way)", h.procs[j].spec.Name, h.procs[i].spec.Name)
+			h.cfg.Logf("faults: %v: %s", w.Start, w.Fault)
 			h.net.Block(i, j)
 			sum.OneWay++
 			pause(3*time.Second, 8*time.Second)
 			h.net.Heal()
 		case 6:
-			h.cfg.Logf("faults: %v: restart %s", h.since(), h.procs[i].spec.Name)
+			w.Fault = "restart " + h.procs[i].spec.Name
+			h.cfg.Logf("faults: %v: %s", w.Start, w.Fault)
 			h.procs[i].term()
 			sum.Restarts++
 			h.launch(h.procs[i])
 		}
+		h.waitReady()
+		w.End = h.since()
+		h.cfg.Logf("faults: %v: healed, every node ready (%s)", w.End, w.Fault)
+		sum.Windows = append(sum.Windows, w)
 		sum.Cycles++
+	}
+}
+
+// A Readier is a Target that says whether a node serves again (the runtime target's GET /readyz);
+// after a fault is healed, the harness waits for every node to be ready before it ends the fault's
+// window.
+type Readier interface {
+	Ready(ctx context.Context, spec NodeSpec) error
+}
+
+// waitReady waits, within a minute, until every node is ready (for a Target that is a Readier).
+func (h *harness) waitReady() {
+	rd, ok := h.cfg.Target.(Readier)
+	if !ok {
+		return
+	}
+	deadline := time.Now().Add(time.Minute)
+	for _, p := range h.procs {
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			err := rd.Ready(ctx, p.spec)
+			cancel()
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				h.cfg.Logf("faults: %v: node %s is not ready a minute after the fault was healed: %v", h.since(), p.spec.Name, err)
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 	}
 }
 
@@ -455,10 +457,11 @@ type workload struct {
 	clients []Client
 	keys    []string
 
-	mu    sync.Mutex
-	ops   map[string][]Op
-	hint  sync.Map // key -> *atomic.Uint64: the last sequence a client saw
-	count atomic.Int64
+	mu        sync.Mutex
+	ops       map[string][]Op
+	readFails []Op     // reads that did not return: not in the histories, counted in the report
+	hint      sync.Map // key -> *atomic.Uint64: the last sequence a client saw
+	count     atomic.Int64
 }
 
 func (w *workload) hintOf(key string) *atomic.Uint64 {
@@ -466,20 +469,43 @@ func (w *workload) hintOf(key string) *atomic.Uint64 {
 	return v.(*atomic.Uint64)
 }
 
+// learn raises key's hint to seq: a read that began before a write was acknowledged may return
+// after it, with the record before, and must not send the hint back.
+func (w *workload) learn(key string, seq uint64) {
+	h := w.hintOf(key)
+	for {
+		cur := h.Load()
+		if seq <= cur || h.CompareAndSwap(cur, seq) {
+			return
+		}
+	}
+}
+
 func (w *workload) record(key string, op Op) {
 	w.mu.Lock()
-	w.ops[key] = append(w.ops[key], op)
+	if op.Write || op.Out == OK {
+		w.ops[key] = append(w.ops[key], op)
+	} else {
+		w.readFails = append(w.readFails, op)
+	}
 	w.mu.Unlock()
 }
 
+// client makes operations until ctx is done: 6 in 10 writes, the rest reads, each through a
+// random node. 9 in 10 of a client's operations are on its own key (clients share keys only when
+// there are fewer keys than clients), the rest on any key, so that writers race on a key now and
+// then, not all the time: a conflict is the register refusing a write that lost such a race.
 func (w *workload) client(ctx context.Context, id int, r *rand.Rand) {
 	n := 0
 	for ctx.Err() == nil {
-		key := w.keys[r.IntN(len(w.keys))]
+		key := w.keys[id%len(w.keys)]
+		if r.IntN(10) == 0 {
+			key = w.keys[r.IntN(len(w.keys))]
+		}
 		node := r.IntN(len(w.clients))
 		c := w.clients[node]
 		octx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		if r.IntN(10) < 7 {
+		if r.IntN(10) < 6 {
 			n++
 			value := fmt.Sprintf("c%d-%d", id, n)
 			expect := w.hintOf(key).Load()
@@ -488,7 +514,7 @@ func (w *workload) client(ctx context.Context, id int, r *rand.Rand) {
 			ret := time.Since(w.h.start)
 			out := outcome(err)
 			if out == OK {
-				w.hintOf(key).Store(seq)
+				w.learn(key, seq)
 			}
 			op := Op{Client: id, Node: node, Write: true, Expect: expect, Value: value, Seq: seq, Out: out, Call: call, Return: ret}
 			if err != nil {
@@ -497,21 +523,28 @@ func (w *workload) client(ctx context.Context, id int, r *rand.Rand) {
 			w.record(key, op)
 			if out != OK {
 				// Learn where the key is now, as a writer that lost a race does.
-				if seq, _, err := c.Read(octx, key); err == nil {
-					w.hintOf(key).Store(seq)
-				}
+				w.read(octx, id, node, key)
 			}
 		} else {
-			call := time.Since(w.h.start)
-			seq, val, err := c.Read(octx, key)
-			ret := time.Since(w.h.start)
-			if err == nil {
-				w.record(key, Op{Client: id, Node: node, Seq: seq, Value: val, Out: OK, Call: call, Return: ret})
-				w.hintOf(key).Store(seq)
-			}
+			w.read(octx, id, node, key)
 		}
 		cancel()
 		w.count.Add(1)
 		time.Sleep(time.Duration(2+r.IntN(8)) * time.Millisecond)
+	}
+}
+
+// read reads key's last record through node, records the read, and keeps what it read as the
+// key's hint.
+func (w *workload) read(ctx context.Context, id, node int, key string) {
+	call := time.Since(w.h.start)
+	seq, val, err := w.clients[node].Read(ctx, key)
+	op := Op{Client: id, Node: node, Seq: seq, Value: val, Out: OK, Call: call, Return: time.Since(w.h.start)}
+	if err != nil {
+		op.Out, op.Err, op.Seq, op.Value = Unknown, err.Error(), 0, ""
+	}
+	w.record(key, op)
+	if err == nil {
+		w.learn(key, seq)
 	}
 }

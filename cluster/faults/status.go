@@ -3,6 +3,7 @@ package faults
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"time"
@@ -66,4 +67,22 @@ func statusHandler(name string, node *cluster.Node, rt *core.Runtime, ready func
 		json.NewEncoder(w).Encode(st)
 	})
 	return mux
+}
+
+// Ready implements Readier: nil once the node answers GET /readyz with 200.
+func (RuntimeTarget) Ready(ctx context.Context, spec NodeSpec) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/readyz", spec.ServePort), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
+		return fmt.Errorf("faults: node %s: %s: %s", spec.Name, resp.Status, b)
+	}
+	return nil
 }
