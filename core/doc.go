@@ -123,7 +123,8 @@
 // Replication.CallAttempts, then ErrUnreachable (delivered to no owner: it ran nowhere). A request
 // delivered and not answered is sent again to that node alone; if it cannot be asked again, the
 // call fails with ErrCommitUnknown: it may have run. Errors keep their sentinels across the hop, and an
-// object's own error is a *RemoteError with its message. A method called from a turn opens the
+// object's own error is a *RemoteError with its message, for which errors.Is holds with the
+// namespace's own sentinels that its Define calls name (Define's errs: out of stock, say). A method called from a turn opens the
 // caller's gate while it waits, so A -> B -> A completes across nodes; a call that would wait for a
 // gate kept closed along its way (BlockConcurrencyWhile) fails with ErrDeadlock. Stub.ServeHTTP
 // relays a request to the owner the same way (413 over Replication.MaxRelayBody; WebSocket

@@ -32,6 +32,9 @@ type namespace struct {
 
 	stat *telemetry.Namespace // its counts and its measurements' attributes
 
+	ownMu sync.Mutex              // serializes changes of own
+	own   atomic.Pointer[[]error] // the error classes its methods name (errclass.go)
+
 	mu         sync.Mutex               // protects objects, closing and the gone counts
 	objects    map[string]*object       // resident objects by name
 	closing    map[string]chan struct{} // by id: databases still being closed after eviction

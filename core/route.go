@@ -65,15 +65,20 @@ type methodFunc func(ctx context.Context, name string, arg []byte) ([]byte, erro
 //
 // Its errors are Call's, on whichever node the method ran: errors.Is(err, ErrOverloaded) and the
 // others hold across nodes, and an error of fn's own is a *RemoteError carrying its message (its
-// type stays on the node that ran it). A call sent to another node may also fail with
-// ErrUnreachable, ErrNoMethod, or ErrTooLarge (its argument or result is over what
-// Replication.Calls carries).
-func Define[T, A, R any](ns *Namespace[T], name string, fn func(ctx context.Context, obj T, arg A) (R, error)) (call func(ctx context.Context, s *Stub[T], arg A) (R, error), err error) {
+// type stays on the node that ran it). errs are the namespace's own sentinel errors fn may return
+// (out of stock, say): errors.Is(err, e) holds for each that fn's error matches, across nodes too,
+// for every sentinel any Define of the namespace named (each told apart by its message, the same
+// on every node). A call sent to another node may also fail with ErrUnreachable, ErrNoMethod, or
+// ErrTooLarge (its argument or result is over what Replication.Calls carries).
+func Define[T, A, R any](ns *Namespace[T], name string, fn func(ctx context.Context, obj T, arg A) (R, error), errs ...error) (call func(ctx context.Context, s *Stub[T], arg A) (R, error), err error) {
 	if err := validateNamespace(name); err != nil {
 		return nil, fmt.Errorf("core: Define %s.%s: a method's name is a plain identifier: %w", ns.Name(), name, ErrInvalidName)
 	}
 	if fn == nil {
 		return nil, fmt.Errorf("core: Define %s.%s: nil function", ns.Name(), name)
+	}
+	if err := ns.ns.addErrors(errs); err != nil {
+		return nil, fmt.Errorf("core: Define %s.%s: %w", ns.Name(), name, err)
 	}
 	m := &method[T, A, R]{name: name, fn: fn}
 	run := methodFunc(func(ctx context.Context, obj string, arg []byte) ([]byte, error) {
@@ -428,6 +433,9 @@ func (ro *router) run(ctx context.Context, w *wireCall) (reply []byte, ran bool)
 	}
 	if err != nil {
 		we := encodeErr(err)
+		if ns != nil && we.Class == classRemote {
+			we.Own = ns.ownClasses(err)
+		}
 		return encodeReply(nil, nil, we), we.ran()
 	}
 	return encodeReply(result, hr, nil), true

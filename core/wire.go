@@ -103,6 +103,7 @@ type wireErr struct {
 	Msg    string   `json:"msg"`
 	Holder string   `json:"holder,omitempty"` // classMoved: the owner, "" if unknown
 	Is     []string `json:"is,omitempty"`     // classRemote: the classes of the sentinels the object's error wraps
+	Own    []string `json:"own,omitempty"`    // classRemote: the namespace's error classes it matches (errclass.go)
 }
 
 // The classes of errors that cross nodes.
@@ -194,6 +195,7 @@ func (e *wireErr) decode(rc *routedCall, node string) error {
 				ne.is = append(ne.is, s)
 			}
 		}
+		ne.is = append(ne.is, rc.ns.ownSentinels(e.Own)...)
 		return rc.err(&RemoteError{Err: ne})
 	}
 	ne := &nodeError{msg: e.Msg, node: node}

@@ -66,5 +66,5 @@
 //
 // Define makes an item's Stock, Restock and Reserve methods callable on any node of a cluster
 // (core.Define): at a node that does not own the item they run at the one that does, so the
-// invariant holds across machines.
+// invariant holds across machines; errors.Is(err, ErrInvalidQuantity) holds there too.
 package inventory

@@ -9,8 +9,8 @@ import (
 // Methods are an item's operations as methods callable on any node of a cluster (core.Define):
 // called at a node that does not own the item's object, each runs at the node that does; in one
 // process, or at the owner, it runs in place as core.Call does. Across nodes an error keeps the
-// runtime's classes (core.ErrOverloaded, ...), and one of the item's own (ErrInvalidQuantity)
-// arrives as a *core.RemoteError carrying its message.
+// runtime's classes (core.ErrOverloaded, ...), and one of the item's own is a *core.RemoteError
+// carrying its message for which errors.Is(err, ErrInvalidQuantity) holds as it does in one process.
 type Methods struct {
 	Stock   func(ctx context.Context, item *core.Stub[*Inventory], _ struct{}) (int, error)
 	Restock func(ctx context.Context, item *core.Stub[*Inventory], qty int) (struct{}, error)
@@ -28,12 +28,12 @@ func Define(items *core.Namespace[*Inventory]) (*Methods, error) {
 	}
 	if m.Restock, err = core.Define(items, "restock", func(ctx context.Context, inv *Inventory, qty int) (struct{}, error) {
 		return struct{}{}, inv.Restock(ctx, qty)
-	}); err != nil {
+	}, ErrInvalidQuantity); err != nil {
 		return nil, err
 	}
 	if m.Reserve, err = core.Define(items, "reserve", func(ctx context.Context, inv *Inventory, qty int) (bool, error) {
 		return inv.Reserve(ctx, qty)
-	}); err != nil {
+	}, ErrInvalidQuantity); err != nil {
 		return nil, err
 	}
 	return &m, nil

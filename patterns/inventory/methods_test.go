@@ -14,8 +14,9 @@ import (
 	"github.com/durable-go/durable/replog/replogtest"
 )
 
-// S-CL14: an item's methods work from any node of a cluster: reservations made at a node that does
-// not own the item run at the one that does, and never oversell.
+// S-CL14, S-CL15: an item's methods work from any node of a cluster: reservations made at a node
+// that does not own the item run at the one that does, and never oversell; the item's own error
+// keeps its class (errors.Is) across nodes.
 func TestMethods_FromAnyNode(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := replogtest.NewMemCluster()
@@ -55,9 +56,16 @@ func TestMethods_FromAnyNode(t *testing.T) {
 		stock, err := n2.m.Stock(ctx, sku2, struct{}{})
 		require.NoError(t, err)
 		require.Zero(t, stock)
+		// The item's own error, from both nodes (one sends the call across): its class holds.
+		_, err = n1.m.Restock(ctx, sku1, 0)
+		require.ErrorIs(t, err, inventory.ErrInvalidQuantity)
 		_, err = n2.m.Restock(ctx, sku2, 0)
 		var re *core.RemoteError
 		require.True(t, errors.As(err, &re), "the item's own error: %v", err)
-		require.Contains(t, err.Error(), "invalid quantity")
+		require.ErrorIs(t, err, inventory.ErrInvalidQuantity)
+		_, err = n2.m.Reserve(ctx, sku2, -1)
+		require.ErrorIs(t, err, inventory.ErrInvalidQuantity)
+		_, err = n1.m.Reserve(ctx, sku1, -1)
+		require.ErrorIs(t, err, inventory.ErrInvalidQuantity)
 	})
 }

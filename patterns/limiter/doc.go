@@ -69,5 +69,6 @@
 // # From any node
 //
 // Define makes a key's Allow a method callable on any node of a cluster (core.Define): at a node
-// that does not own the key it runs at the one that does, so a key has one window across machines.
+// that does not own the key it runs at the one that does, so a key has one window across machines;
+// errors.Is(err, ErrInvalidLimit) holds there too.
 package limiter

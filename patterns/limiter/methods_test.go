@@ -56,6 +56,8 @@ func TestMethods_FromAnyNode(t *testing.T) {
 		_, err = m2.Allow(ctx, k2, limiter.Check{})
 		var re *core.RemoteError
 		require.True(t, errors.As(err, &re), "%v", err)
-		require.Contains(t, err.Error(), "invalid limit")
+		require.ErrorIs(t, err, limiter.ErrInvalidLimit)
+		_, err = m1.Allow(ctx, k1, limiter.Check{}) // one of the two crossed nodes
+		require.ErrorIs(t, err, limiter.ErrInvalidLimit)
 	})
 }

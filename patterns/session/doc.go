@@ -61,5 +61,5 @@
 //
 // Define makes a session's Touch, Get, Set, Delete and End methods callable on any node of a
 // cluster (core.Define): at a node that does not own the session they run at the one that does,
-// where its expiry alarm runs too.
+// where its expiry alarm runs too; errors.Is(err, ErrNotFound) holds there too.
 package session

@@ -16,8 +16,8 @@ type Entry struct {
 // Methods are a session's operations as methods callable on any node of a cluster (core.Define):
 // called at a node that does not own the session's object, each runs at the node that does, where
 // its expiry alarm runs too; in one process, or at the owner, it runs in place as core.Call does.
-// Across nodes an error of the session's own (ErrNotFound, ...) arrives as a *core.RemoteError
-// carrying its message.
+// Across nodes an error of the session's own is a *core.RemoteError carrying its message for
+// which errors.Is(err, ErrNotFound) holds as it does in one process.
 type Methods struct {
 	Touch  func(ctx context.Context, s *core.Stub[*Session], _ struct{}) (time.Time, error)
 	Get    func(ctx context.Context, s *core.Stub[*Session], key string) ([]byte, error)
@@ -37,7 +37,7 @@ func Define(sessions *core.Namespace[*Session]) (*Methods, error) {
 	}
 	if m.Get, err = core.Define(sessions, "get", func(ctx context.Context, s *Session, key string) ([]byte, error) {
 		return s.Get(ctx, key)
-	}); err != nil {
+	}, ErrNotFound); err != nil {
 		return nil, err
 	}
 	if m.Set, err = core.Define(sessions, "set", func(ctx context.Context, s *Session, e Entry) (struct{}, error) {

@@ -47,6 +47,8 @@ func TestMethods_FromAnyNode(t *testing.T) {
 		_, err = m2.Get(ctx, s2, "user")
 		var re *core.RemoteError
 		require.True(t, errors.As(err, &re), "%v", err)
-		require.Contains(t, err.Error(), "not found")
+		require.ErrorIs(t, err, session.ErrNotFound)
+		_, err = m1.Get(ctx, s1, "user") // one of the two crossed nodes
+		require.ErrorIs(t, err, session.ErrNotFound)
 	})
 }
