@@ -27,6 +27,26 @@
 // and prints a summary line: cycles, kills, stops, partitions, operations, acknowledged appends
 // checked, refusals, lost, log records whose epochs were checked, and porcupine's verdict per key.
 //
+// # Fault windows
+//
+// The report then splits the operations by fault window. A fault's window runs from the moment
+// the harness injects it (SIGKILL, SIGSTOP, a cut link, SIGTERM) until the cluster is whole again
+// — the fault healed (the node restarted and accepting connections, continued, or its links
+// opened) and every node ready (for a Target that is a Readier: the runtime target's GET /readyz)
+// — and a grace after that (-faults.grace, DefaultGrace: 3 s, three lease times), in which shards
+// go back to a node that returned and tables settle. An operation is in a fault window if any
+// part of it, from its call to its return, is; the cluster then works undisturbed for the grace
+// and 1 to 4 s more before the next fault, so that every cycle has time outside. For each class
+// it prints the writes attempted, acknowledged, in conflict (the register refused a write that
+// lost a race with another client's: an answer, not a failure), refused (nothing stored: the node
+// asked is down, or no owner could be reached), unknown, and the reads that returned as a share
+// of the operations attempted (reads that failed count as attempted), and the most frequent
+// reasons of refusals. -faults.require-availability fails the run if, outside fault windows,
+// fewer than 90% of the writes not in conflict were acknowledged (MinAcked) or reads that
+// returned are under 30% of the operations (MinReads). Each client writes its own key 9 times in
+// 10 and any key otherwise, 6 operations in 10 are writes, and a write that was not acknowledged
+// is followed by a read (which the history holds too) that tells the client the key's version.
+//
 // # Failover, measured by failing
 //
 // RunFailover (the test TestFailover, behind the same tag) measures how long objects go unserved

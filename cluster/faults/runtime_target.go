@@ -29,6 +29,11 @@ import (
 // the final records must not hold it.
 var ErrRefused = errors.New("faults: refused, nothing stored")
 
+// ErrNodeDown is the refusal of an operation sent to a node where nothing listens (it is down, or
+// not serving yet): a client waits a moment before its next operation, as one that has other
+// nodes to try does not keep asking a dead one.
+var ErrNodeDown = fmt.Errorf("%w: the node does not accept connections", ErrRefused)
+
 // RuntimeTarget puts the runtime in cluster mode (package core with Options.Replication) through
 // the faults. Each node process runs an embedded JetStream node and a runtime over it (the engine
 // on the node's own connection, the runtime's default LeaseTTL, shorter than a SIGSTOP of the
@@ -362,7 +367,7 @@ func (c *RuntimeClient) call(ctx context.Context, method, path string, q url.Val
 	if errors.As(err, &op) && op.Op == "dial" {
 		// Nothing was sent (the client sends a request again only if it wrote nothing of it): the
 		// node is down, or not serving yet.
-		return regReply{}, fmt.Errorf("%w: %v", ErrRefused, err)
+		return regReply{}, fmt.Errorf("%w: %v", ErrNodeDown, err)
 	}
 	if err != nil {
 		return regReply{}, err
