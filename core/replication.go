@@ -50,7 +50,8 @@ type Replication struct {
 	// CallAttempts bounds the sends of one call (default 4): to the owner named by a "moved"
 	// answer, again after ErrFenced (the object moved while it ran) or a reply that did not come.
 	// A call whose attempts run out fails with the last one's error (ErrUnreachable for a node that
-	// could not be reached).
+	// could not be reached). Between two attempts after a failure the caller waits an eighth of the
+	// lease time, doubling up to half of it, so the default attempts span seven eighths of one.
 	CallAttempts int
 
 	// CallMemory is how many calls from other nodes a node remembers (their request ids and

@@ -250,7 +250,7 @@ func (ro *router) call(ctx context.Context, rc *routedCall) error {
 				continue
 			case errors.Is(err, ErrFenced):
 				target, last = "", err
-				if err := ro.backoff(ctx); err != nil {
+				if err := ro.backoff(ctx, attempt); err != nil {
 					return last
 				}
 				continue
@@ -282,7 +282,7 @@ func (ro *router) call(ctx context.Context, rc *routedCall) error {
 			if ran == "" {
 				target = ""
 			}
-			if err := ro.backoff(ctx); err != nil {
+			if err := ro.backoff(ctx, attempt); err != nil {
 				return last
 			}
 			continue
@@ -309,7 +309,7 @@ func (ro *router) call(ctx context.Context, rc *routedCall) error {
 			continue
 		case classFenced, classClosed:
 			target, last = "", err
-			if err := ro.backoff(ctx); err != nil {
+			if err := ro.backoff(ctx, attempt); err != nil {
 				return last
 			}
 			continue
@@ -322,10 +322,15 @@ func (ro *router) call(ctx context.Context, rc *routedCall) error {
 	return last
 }
 
-// backoff waits a little before a call is sent again: an eighth of the lease time, in which the
-// table learns the new owner.
-func (ro *router) backoff(ctx context.Context) error {
-	t := time.NewTimer(ro.rt.opts.Replication.leaseTTL() / 8)
+// backoff waits before a call's attempt after the attempt-th (from 0) is made, in which the table
+// learns the new owner: an eighth of the lease time, doubling with each attempt up to half of it,
+// so that the default 4 attempts span most of a lease time (a lost owner's shard is taken over
+// one lease time after its last renewal). After the last attempt it does not wait.
+func (ro *router) backoff(ctx context.Context, attempt int) error {
+	if attempt >= ro.opts.attempts-1 {
+		return nil
+	}
+	t := time.NewTimer(ro.rt.opts.Replication.leaseTTL() / 8 << min(attempt, 2))
 	defer t.Stop()
 	select {
 	case <-ctx.Done():

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -112,4 +113,27 @@ func TestDefineErrorClassesChecked(t *testing.T) {
 	require.NoError(t, err)
 	_, err = core.Define(ns, "d", fn, errors.New(errOutOfStock.Error()))
 	require.ErrorContains(t, err, "two error classes")
+}
+
+// S-CL14: a call's attempts span most of a lease time: an owner out of reach for half a lease time
+// (a link cut, then restored) is reached by a call made when the cut began, which runs once.
+func TestMethodCallRetriesSpanTheLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := replogtest.NewMemCluster()
+		n1, n2 := openRouted(t, c, "n1"), openRouted(t, c, "n2")
+		ctx := context.Background()
+		_, err := n1.add(ctx, n1.stub(t, "x"), 1)
+		require.NoError(t, err)
+		n1.view.CutCalls(true)
+		go func() {
+			time.Sleep(clusterTTL / 2)
+			n1.view.CutCalls(false)
+		}()
+		start := time.Now()
+		got, err := n2.add(ctx, n2.stub(t, "x"), 1)
+		require.NoError(t, err)
+		require.Equal(t, 2, got)
+		require.Equal(t, int64(2), n1.runs.Load(), "run once")
+		require.Less(t, time.Since(start), clusterTTL)
+	})
 }
