@@ -53,7 +53,7 @@
 // (84.9%), 86 refused, every one sent to a node that was down. Seed 21, 10 min, 5 nodes (44
 // cycles, 1 min 51 s outside): outside, 4,224 of 4,557 acknowledged (92.7%; all 4,224 not in
 // conflict), 0 refused, reads 43.3%; inside, 5,530 of 9,067 (61.0%), 2,835 refused (2,774 to a
-// node that was down, 33 reaching no owner, 23 not reaching the owner in time). The engine target,
+// node that was down, 33 reaching no owner, 23 ending on ErrNotOwner). The engine target,
 // seed 1, 45 s: outside, 1,461 of 1,528 (95.6%), reads 42.0%. No run lost an acknowledged write,
 // and every history was linearizable.
 //
