@@ -55,9 +55,6 @@ func RegisterFacet[T any](rt *Runtime, parent Kind, kind string, ctor func(conte
 	if ctor == nil {
 		return nil, errors.New("core: RegisterFacet: nil constructor")
 	}
-	if rt.cluster != nil {
-		return nil, fmt.Errorf("%w: facets", ErrClusterMode)
-	}
 	p := parent.kindNS()
 	ns := newNamespace(rt, p.name+"."+kind, ctor)
 	ns.kind, ns.parent = kind, p
@@ -320,6 +317,7 @@ func (t *turn) deleteFacets() error {
 			gone, chs = append(gone, fo), append(chs, fo.detach())
 		}
 	}
+	t.drops = true
 	t.emit(effect{fn: func(committed bool) {
 		for i, g := range gone {
 			g.closeRemoved(chs[i])
