@@ -241,6 +241,8 @@ func TestClusterFacetFencedWithParent(t *testing.T) {
 		_, ok, err := getFolder(n2) // node 2 takes the folder over; it does not touch the page
 		require.NoError(t, err)
 		require.False(t, ok)
+		_, _, err = n1.getPage(f, "c", "", "k0")
+		require.ErrorIs(t, err, core.ErrFenced, "a facet node 1 opens now finds the folder's log moved on")
 
 		close(resume)
 		require.ErrorIs(t, <-done, core.ErrFenced, "the facet's write, and with it the folder's turn, is refused")
@@ -344,5 +346,40 @@ func TestClusterFacetsDeleteAll(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, ok, "a sibling of a deleted facet keeps its data")
 		require.Equal(t, "b-v1", v)
+	})
+}
+
+// S-CL7, S-CL11: a node that never read its object's facets' records (it caught its file up from
+// where its last commit left it, after them) still snapshots every database: it reads the log
+// first, so that trimming it loses no facet's records.
+func TestClusterFacetsSnapshotByRootOnly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := replogtest.NewMemCluster()
+		nodes := []string{"n1", "n2"}
+		every := func(o *core.Options) { o.Replication.SnapshotEvery = 20 }
+		n1 := openFacetNode(t, c, "n1", every)
+		f := folderAt(c, "n1", nodes)
+		n1.writePages(t, f, 2)
+		put := func(n *facetNode, i int) {
+			stub, _ := n.folders.Get(f)
+			require.NoError(t, core.Do(context.Background(), stub, func(ctx context.Context, fo *binder) error {
+				return fo.st.Storage().Put(ctx, "k"+strconv.Itoa(i), []byte("v"+strconv.Itoa(i)))
+			}))
+		}
+		put(n1, 1) // the folder's file is at the log's head, after its facets' records
+		require.NoError(t, n1.rt.Close())
+
+		dir := n1.dir
+		n1 = openFacetNode(t, c, "n1", every, func(o *core.Options) { o.Dir = dir })
+		for i := 2; i < 16; i++ { // only the folder: a snapshot comes
+			put(n1, i)
+		}
+		require.NotEmpty(t, c.Blobs())
+		require.Equal(t, byte(logrecord.Snapshot), c.Records("folders/" + f)[0][1])
+		require.NoError(t, n1.rt.Close())
+
+		n2 := openFacetNode(t, c, "n2")
+		defer n2.rt.Close()
+		n2.requirePages(t, f, 2)
 	})
 }

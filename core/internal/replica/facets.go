@@ -27,6 +27,7 @@ type logState struct {
 	records  int        // records since the last snapshot
 	blobs    []string   // the blobs of the last snapshot, deleted when the next one is in
 	facets   bool       // the log is known to hold facets' records: snapshots carry every database
+	scanned  *lease     // the lease under which the log was read and found without facets' records
 }
 
 // Facet returns the cluster side of a facet of the object ns/name: its database's path below the

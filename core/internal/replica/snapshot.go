@@ -47,12 +47,12 @@ func (x *Object) snapshot(st *sqlstore.DB) error {
 	lg := x.log
 	ctx, cancel := context.WithTimeout(context.Background(), replayTimeout)
 	defer cancel()
-	if !lg.facets {
+	if !lg.facets && lg.scanned != lg.open { // once per lease: only this node appends meanwhile, and Ship notes a facet's record
 		found, err := x.hasFacets(ctx)
 		if err != nil {
 			return fmt.Errorf("read the log: %w", err)
 		}
-		lg.facets = found
+		lg.facets, lg.scanned = found, lg.open
 	}
 	var snaps []dbSnapshot
 	var err error
