@@ -213,7 +213,10 @@ func (x *Object) reached(end logEnd, recs int, joined bool) error {
 		}
 		return nil
 	}
-	lg.seq, lg.sum, lg.blobs = end.seq, end.sum, end.blobs
+	lg.seq, lg.sum = end.seq, end.sum
+	if end.snapped || recs == 0 { // else the blobs are those known before, or the log's first record names them
+		lg.blobs = end.blobs
+	}
 	if end.seq == 0 {
 		lg.sum = 0
 	}
