@@ -92,6 +92,7 @@ type batch struct {
 	dirty    bool // something was written
 	initMeta bool // the batch created the runtime's tables
 	timers   bool // a segment in it changed a timer
+	drops    bool // a segment in it deleted the object's facets (DeleteAll): in cluster mode its record says so
 	effects  []effect
 }
 
@@ -197,7 +198,8 @@ func (t *turn) endSegment(failed bool) error {
 	clear(t.rows)
 	t.rows, t.depth = t.rows[:0], 0
 	timers := t.timers && !failed
-	t.timers = false
+	drops := t.drops && !failed
+	t.timers, t.drops = false, false
 
 	var err error
 	sp := t.sp
@@ -230,6 +232,7 @@ func (t *turn) endSegment(failed bool) error {
 			b.turns++
 		}
 		b.timers = b.timers || timers
+		b.drops = b.drops || drops
 		if b.effects == nil {
 			b.effects = effects
 		} else if effects != nil {
@@ -290,6 +293,9 @@ func (o *object) commit() error {
 	}
 	if err == nil {
 		err = o.store.Control("COMMIT")
+	}
+	if err == nil && o.repl != nil && b.drops { // a facet's database read from the log after it starts empty
+		o.repl.DropFacets(o.facetsTag())
 	}
 	if err == nil && o.repl != nil { // the output waits for the log to hold the commit
 		err = o.repl.Ship(o.store, b.dirty)

@@ -103,7 +103,9 @@
 // from the latest snapshot and the records after it; the eviction of a shard's last object (unless
 // the shard has pending alarms), and Shutdown, which drains first, hand its lease back.
 // Stats().Cluster says whether the node is ready, and lists the members (Nodes) and which shard each
-// live one holds (Owners). Facets, Restore and Quarantine are refused (ErrClusterMode). An alarm
+// live one holds (Owners). Restore and Quarantine are refused (ErrClusterMode). A facet's commits
+// are records of its root's log, so a facet moves, replays, snapshots and is fenced with its root,
+// and its alarm (a timer of its root's) runs where the root's would. An alarm
 // runs on the node holding the object's shard: each shard keeps an alarm index with its records,
 // written before the commit that sets an alarm is acknowledged and loaded by whichever node takes
 // the shard, so a dead owner's alarm runs at a survivor without a call (late by the takeover if it

@@ -85,9 +85,8 @@ var (
 	// such object (it has no storage).
 	ErrNoObject = errors.New("core: no such object")
 	// ErrClusterMode is returned in cluster mode (Options.Replication) by what it does not offer:
-	// RegisterFacet (facets' files are not replicated yet; model the children as objects of their
-	// own), and Admin.Restore and Admin.Quarantine, which replace an object's file outside its turns
-	// (there the object's log is its truth, and its local file a cache).
+	// Admin.Restore and Admin.Quarantine, which replace an object's file outside its turns (there
+	// the object's log is its truth, and its local file a cache).
 	ErrClusterMode = errors.New("core: not available in cluster mode")
 	// ErrNotOwner is returned at once, in cluster mode (Options.Replication), by a call or alarm run
 	// on an object whose lease another node holds and renews (see NotOwnerError, which names it):

@@ -21,7 +21,9 @@ import (
 // the kind of object (or facet) that hosts it. A facet is a child object hosted by another object
 // (its parent): a document processor inside a workspace, a per-user agent inside a tenant. It has
 // its own database (a file in its parent's storage directory), queue and turns, and is evicted on
-// its own; its parent hands out its stub (FacetKind.Get). Facets nest.
+// its own; its parent hands out its stub (FacetKind.Get). Facets nest. In cluster mode a facet's
+// commits are records of its root's log: it moves, replays, snapshots and is fenced with its root
+// (SEMANTICS CL11).
 //
 // A facet's alarms and schedules behave as a top-level object's (SEMANTICS A1-A16). The root object
 // (the top-level ancestor) owns the one real alarm: a facet's timers are rows of the root's timers
@@ -54,9 +56,6 @@ func RegisterFacet[T any](rt *Runtime, parent Kind, kind string, ctor func(conte
 	}
 	if ctor == nil {
 		return nil, errors.New("core: RegisterFacet: nil constructor")
-	}
-	if rt.cluster != nil {
-		return nil, fmt.Errorf("%w: facets", ErrClusterMode)
 	}
 	p := parent.kindNS()
 	ns := newNamespace(rt, p.name+"."+kind, ctor)
@@ -320,6 +319,7 @@ func (t *turn) deleteFacets() error {
 			gone, chs = append(gone, fo), append(chs, fo.detach())
 		}
 	}
+	t.drops = true
 	t.emit(effect{fn: func(committed bool) {
 		for i, g := range gone {
 			g.closeRemoved(chs[i])

@@ -3,6 +3,7 @@ package core
 import (
 	"database/sql"
 	"errors"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -86,9 +87,32 @@ func newObject(ns *namespace, name, id string, place placement) *object {
 	o.state.o = o
 	o.state.storage.o = o
 	if n := ns.rt.cluster; n != nil {
-		o.repl = n.Object(ns.name, name, o.place.db)
+		if h := o.place.timers; h.owner != "" { // a facet writes in its root's log (SEMANTICS CL11)
+			o.repl = n.Facet(h.ns.name, h.name, o.dbTag(), o.place.db)
+		} else {
+			o.repl = n.Object(ns.name, name, o.place.db)
+		}
 	}
 	return o
+}
+
+// dbTag names a facet's database in its root's log: its file's path below the root's facets
+// directory.
+func (o *object) dbTag() string {
+	h := o.place.timers
+	rel, _ := filepath.Rel(datadir.FacetsDir(h.ns.dir, h.id), o.place.db)
+	return filepath.ToSlash(rel)
+}
+
+// facetsTag names the facets below the object in its root's log: every one below a root (""), the
+// databases in a facet's own facets directory.
+func (o *object) facetsTag() string {
+	h := o.place.timers
+	if h.owner == "" {
+		return ""
+	}
+	rel, _ := filepath.Rel(datadir.FacetsDir(h.ns.dir, h.id), o.place.facets)
+	return filepath.ToSlash(rel) + "/"
 }
 
 // idleSince reports how long the object has had nothing to do, or -1 if it is busy, and its use

@@ -22,7 +22,8 @@ type telemetryHooks = telemetry.Telemetry
 // the single-process runtime. Its methods are called by the gate holder, in this order over an
 // object's life: Claim before a turn runs (Resume after each Await), Servable and Opened when
 // the turn opens the database, Prepare before the batch's local COMMIT (then IndexAlarm, when the
-// batch moved the object's earliest timer), Ship after it and before the output is released
+// batch moved the object's earliest timer), DropFacets when the batch deleted the object's facets,
+// Ship after it and before the output is released
 // (then AlarmCommitted, with that timer), Committed after the output is released, Failed when the
 // object fails, Release when it is evicted. The object answers its calls back as a replica.Host
 // (object.go).
@@ -33,6 +34,7 @@ type replicator interface {
 	Servable() error
 	Opened(fresh bool) error
 	Prepare(st *store, dirty bool) error
+	DropFacets(dir string)
 	Ship(st *store, dirty bool) error
 	Committed(st *store) error
 	IndexAlarm(at int64) error

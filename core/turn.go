@@ -82,6 +82,7 @@ type segment struct {
 	depth   int // nested Storage.Transaction depth
 	rows    []*Rows
 	timers  bool     // the segment changed a timer
+	drops   bool     // the segment deleted the object's facets (DeleteAll)
 	effects []effect // the segment's output
 	done    context.Context
 	stop    func() // unties done from the runtime's base context

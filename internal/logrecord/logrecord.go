@@ -6,7 +6,8 @@
 //
 //	[0]      version (1)
 //	[1]      kind: Commit, Epoch, Snapshot
-//	[2]      flags: More (more parts of this record follow), Flate (the payload is deflated)
+//	[2]      flags: More (more parts of this record follow), Flate (the payload is deflated),
+//	         Tagged (the payload names the databases it is for: a facet's, or several)
 //	[3]      reserved (0)
 //	[4:8]    part number, from 0
 //	[8:16]   the writer's epoch
@@ -45,6 +46,10 @@ const (
 const (
 	More  = 1 << 0 // more parts of this record follow
 	Flate = 1 << 1 // the payload is deflated
+	// Tagged says the payload names the databases it is for: a commit of a facet's database (or one
+	// that drops facets), a snapshot of an object with facets. Without it, a record is the object's
+	// own database's.
+	Tagged = 1 << 2
 )
 
 // BatchID names one commit (one group-commit batch) in every record it takes.

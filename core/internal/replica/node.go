@@ -58,16 +58,17 @@ type Node struct {
 	start  time.Time
 
 	mu       sync.Mutex
-	held     map[int]*lease     // by shard: the leases this node holds
-	seen     map[int]seenLease  // by shard: another node's lease, its revision and when first seen so
-	members  map[string]*member // by name: the nodes heard beating, this one too
-	draining bool               // Drain was called: no shard is taken, the held ones go back
-	engineOK time.Time          // when a call to the leases last succeeded
-	handing  map[int]*handOver  // by shard: the shards this node hands over (handover.go)
-	begun    []time.Time        // when the hand-overs of the last LeaseTTL began
-	heldBack map[int]time.Time  // by shard: no hand-over before then (one was given up)
-	offered  map[int]string     // by shard: handed to this node and handed back, by the node named
-	handedIn chan struct{}      // closed, and replaced, when a shard is handed to this node
+	held     map[int]*lease       // by shard: the leases this node holds
+	seen     map[int]seenLease    // by shard: another node's lease, its revision and when first seen so
+	members  map[string]*member   // by name: the nodes heard beating, this one too
+	draining bool                 // Drain was called: no shard is taken, the held ones go back
+	engineOK time.Time            // when a call to the leases last succeeded
+	handing  map[int]*handOver    // by shard: the shards this node hands over (handover.go)
+	begun    []time.Time          // when the hand-overs of the last LeaseTTL began
+	heldBack map[int]time.Time    // by shard: no hand-over before then (one was given up)
+	offered  map[int]string       // by shard: handed to this node and handed back, by the node named
+	handedIn chan struct{}        // closed, and replaced, when a shard is handed to this node
+	logs     map[string]*logState // by object key: the logs of the objects resident here, shared with their facets (facets.go)
 
 	wake chan struct{} // wakes the placer: a shard was handed to this node
 

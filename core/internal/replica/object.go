@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/durable-go/durable/core/internal/sqlstore"
@@ -31,31 +32,42 @@ type Host interface {
 	Indexed()
 }
 
-// Object is one object's side of cluster mode, touched by the gate holder only.
+// Object is one object's side of cluster mode (or one facet's: facets.go), touched by the gate
+// holder only; what it shares with the object's facets is in its logState.
 type Object struct {
 	n     *Node
-	key   string // the object's log key: "namespace/name"
-	shard int    // its shard, whose lease this node must hold to serve it
-	path  string // its local file
-	ns    string // for logs
+	log   *logState // the object's log as this node appends to it, shared with its facets
+	key   string    // the object's log key: "namespace/name" (a facet's object's)
+	db    string    // the database: "" for the object's own, a facet's path below its facets directory
+	shard int       // its shard, whose lease this node must hold to serve it
+	path  string    // its local file
+	ns    string    // for logs
 	name  string
 
 	lease    *lease // its shard's lease, held for it while the object is resident here
-	synced   bool   // the local file is at the log's head and this node's epoch record is in
-	seq      uint64 // the log's last record, as this node appended or read it
-	sum      uint64 // its checksum
-	epoch    uint64 // this node's epoch for the object
+	gen      uint64 // the log's gen at which the local file was brought to the log's head; 0: not
 	cursor   *walship.Cursor
 	shipFull bool              // the local file holds pages that no record has (a new file): ship it whole
 	pending  logrecord.BatchID // the batch id the open batch writes in its position row
-	records  int               // records since the last snapshot
-	snapBlob string            // the blob of the last snapshot, deleted when the next one is in
+	drops    []string          // facet directories the open batch deleted: its record drops them
 }
 
 // Object returns the cluster side of the object ns/name, whose local file is at path.
 func (n *Node) Object(ns, name, path string) *Object {
 	key := ns + "/" + name
-	return &Object{n: n, key: key, shard: n.cfg.Log.ShardOf(key), path: path, ns: ns, name: name}
+	return &Object{n: n, log: n.attach(key), key: key, shard: n.cfg.Log.ShardOf(key), path: path, ns: ns, name: name}
+}
+
+// synced reports whether the local file is at the log's head and this node's epoch record is in.
+func (x *Object) synced() bool {
+	x.log.mu.Lock()
+	defer x.log.mu.Unlock()
+	return x.syncedLocked()
+}
+
+func (x *Object) syncedLocked() bool {
+	lg := x.log
+	return x.lease != nil && lg.open == x.lease && x.gen == lg.gen
 }
 
 // Claim makes the object servable by this node for one turn: its shard's lease held (taken, or
@@ -81,7 +93,7 @@ func (x *Object) claim(h Host, resume bool) error {
 		if err := n.check(x.lease); err != nil {
 			return err
 		}
-		if x.synced {
+		if x.synced() {
 			return nil
 		}
 	} else {
@@ -90,7 +102,7 @@ func (x *Object) claim(h Host, resume bool) error {
 		if err != nil {
 			return err
 		}
-		x.lease, x.synced = l, false
+		x.lease, x.gen = l, 0
 	}
 	h.CloseDB() // not synced: whatever is open is not known to be at the log's head
 	if err := x.openEpoch(h); err != nil {
@@ -108,27 +120,42 @@ func (x *Object) claim(h Host, resume bool) error {
 
 // openEpoch brings the local file to the log's head and appends this node's epoch record, so that an
 // append of a former owner, paused meanwhile, fails. A record that lands between the two (that
-// former owner's) is read in and the epoch record tried again.
+// former owner's) is read in and the epoch record tried again. If another database of the object
+// (the object's, or a facet's) appended this node's epoch record under the same lease, the file is
+// only brought to the log's head.
 func (x *Object) openEpoch(h Host) error {
+	lg := x.log
+	lg.mu.Lock()
+	defer lg.mu.Unlock()
+	if lg.open != nil && lg.open == x.lease {
+		if _, err := x.syncLog(h, true); err != nil {
+			return err
+		}
+		x.gen = lg.gen
+		h.Indexed()
+		return nil
+	}
 	var err error
 	for range 8 {
 		var lastEpoch uint64
-		if lastEpoch, err = x.syncLog(h); err != nil {
+		if lastEpoch, err = x.syncLog(h, false); err != nil {
 			return err
 		}
 		x.lease.mu.Lock()
 		epoch := max(x.lease.rev, lastEpoch+1)
 		x.lease.mu.Unlock()
-		r := logrecord.Record{Kind: logrecord.Epoch, Epoch: epoch, Batch: logrecord.NewBatchID(), Prev: x.sum, Payload: []byte(x.n.cfg.Node)}
+		r := logrecord.Record{Kind: logrecord.Epoch, Epoch: epoch, Batch: logrecord.NewBatchID(), Prev: lg.sum, Payload: []byte(x.n.cfg.Node)}
 		var seq uint64
-		if seq, err = x.appendOne(x.seq, r.Encode()); errors.Is(err, ErrFenced) {
+		if seq, err = x.appendOne(lg.seq, r.Encode()); errors.Is(err, ErrFenced) {
 			continue
 		} else if err != nil {
 			return err
 		}
-		x.seq, x.sum, x.epoch = seq, r.Sum, epoch
-		x.records++
-		x.synced = true
+		lg.seq, lg.sum, lg.epoch = seq, r.Sum, epoch
+		lg.records++
+		lg.open = x.lease
+		lg.gen++
+		x.gen = lg.gen
 		h.Indexed()
 		return nil
 	}
@@ -139,32 +166,66 @@ func (x *Object) openEpoch(h Host) error {
 // its last commit wrote), or, if the file is missing, damaged or ahead of the log (it committed a
 // batch whose record never made it), rebuilt from the latest snapshot and the records after it. The
 // file is left open as the object's database, if there is one. It returns the last epoch the log
-// holds.
-func (x *Object) syncLog(h Host) (uint64, error) {
+// holds. joined says this node's epoch record is in (another database of the object appended it):
+// the log's head must then be the one this node knows, or another node wrote meanwhile.
+func (x *Object) syncLog(h Host, joined bool) (uint64, error) {
 	h.CloseDB()
 	why := "no local file with a position in the log"
 	if st, prev, batch, recs, ok := x.openLocal(h); ok {
-		x.records = recs // the records since the last snapshot, as the file's last commit counted them
-		ep, at, st, err := x.replay(h, prev, &batch, st)
+		end, at, st, err := x.replay(h, prev, &batch, st)
 		if err != nil || !at {
 			if st != nil {
 				st.Close()
 			}
 		}
+		if err == nil && at {
+			err = x.reached(end, recs, joined)
+		}
 		if err != nil {
-			return ep, err
+			return end.epoch, err
 		}
 		if at {
-			return ep, x.adopt(h, st)
+			return end.epoch, x.adopt(h, st)
 		}
 		why = "the local file is not at a record of the log"
 	}
-	x.n.cfg.Logger.Debug("an object is rebuilt from its log", "event", "cluster_rebuild", "namespace", x.ns, "name", x.name, "reason", why)
-	ep, _, _, err := x.replay(h, 0, nil, nil)
-	if err != nil {
-		return ep, err
+	x.n.cfg.Logger.Debug("an object is rebuilt from its log", "event", "cluster_rebuild", "namespace", x.ns, "name", x.name, "db", x.db, "reason", why)
+	end, _, _, err := x.replay(h, 0, nil, nil)
+	if err == nil {
+		err = x.reached(end, 0, joined)
 	}
-	return ep, x.adopt(h, nil)
+	if err != nil {
+		return end.epoch, err
+	}
+	return end.epoch, x.adopt(h, nil)
+}
+
+// reached takes in where a read of the log ended: the log's head, the records since the last
+// snapshot (counted from recs, the records before the file's position, if the read began there).
+func (x *Object) reached(end logEnd, recs int, joined bool) error {
+	lg := x.log
+	if end.facets {
+		lg.facets = true
+	}
+	if joined {
+		if end.seq != lg.seq {
+			return fmt.Errorf("%w: the log of %s moved on (at %d, not %d)", ErrFenced, x.key, end.seq, lg.seq)
+		}
+		return nil
+	}
+	lg.seq, lg.sum = end.seq, end.sum
+	if end.snapped || recs == 0 { // else the blobs are those known before, or the log's first record names them
+		lg.blobs = end.blobs
+	}
+	if end.seq == 0 {
+		lg.sum = 0
+	}
+	if end.snapped {
+		lg.records = end.records
+	} else {
+		lg.records = recs + end.records
+	}
+	return nil
 }
 
 // openLocal opens the local file and reads its position row: the sequence its last commit's record
@@ -231,7 +292,7 @@ func (x *Object) Servable() error {
 	switch {
 	case x.lease == nil:
 		return fmt.Errorf("%w: this node no longer owns %s", ErrFenced, x.key)
-	case !x.synced:
+	case !x.synced():
 		return fmt.Errorf("%w: %s must be claimed again by a new turn", ErrLeaseUnproven, x.key)
 	}
 	return nil
@@ -252,13 +313,23 @@ func (x *Object) Prepare(st *sqlstore.DB, dirty bool) error {
 		return nil
 	}
 	x.pending = logrecord.NewBatchID()
+	x.log.mu.Lock()
+	seq, records := x.log.seq, x.log.records
+	x.log.mu.Unlock()
 	return st.ExecOwn(`REPLACE INTO main._durable_meta(k, v) VALUES ('log_prev', ?), ('log_batch', ?), ('log_records', ?)`,
-		int64(x.seq), x.pending[:], x.records)
+		int64(seq), x.pending[:], records)
 }
+
+// DropFacets is told that the open batch deletes the facets below dir (a path below the object's
+// facets directory, ending in "/"; "" for all): the batch's record says so, and a facet's database
+// read from the log after it starts empty.
+func (x *Object) DropFacets(dir string) { x.drops = append(x.drops, filepath.ToSlash(dir)) }
 
 // Ship appends what the local COMMIT wrote to the object's log, as one commit's records, before the
 // batch's output is released.
 func (x *Object) Ship(st *sqlstore.DB, dirty bool) error {
+	drops := x.drops
+	x.drops = nil
 	var c *walship.Commit
 	var err error
 	if x.shipFull {
@@ -280,17 +351,26 @@ func (x *Object) Ship(st *sqlstore.DB, dirty bool) error {
 	if !dirty {
 		id = logrecord.NewBatchID()
 	}
-	recs := commitRecords(c, x.epoch, id, x.sum)
+	lg := x.log
+	lg.mu.Lock()
+	defer lg.mu.Unlock()
+	if !x.syncedLocked() { // another database of the object found the log moved: this file may be behind it
+		return fmt.Errorf("%w: %s must be claimed again by a new turn", ErrLeaseUnproven, x.key)
+	}
+	recs := commitRecords(c, commitHead{DB: x.db, Drops: drops}, lg.epoch, id, lg.sum)
 	for _, rec := range recs {
-		seq, err := x.appendOne(x.seq, rec)
+		seq, err := x.appendOne(lg.seq, rec)
 		if err != nil {
 			return err
 		}
-		x.seq = seq
-		x.sum = recordSumOf(rec)
+		lg.seq = seq
+		lg.sum = recordSumOf(rec)
+	}
+	if x.db != "" || len(drops) > 0 {
+		lg.facets = true
 	}
 	x.shipFull = false
-	x.records += len(recs)
+	lg.records += len(recs)
 	x.n.shipped(c, recs)
 	return nil
 }
@@ -362,12 +442,18 @@ func (x *Object) landedAfter(expect uint64, rec []byte) (seq uint64, in bool, er
 
 // Failed is told that the object failed (its batch abandoned, its database closed, its instance
 // dropped) for cause: the local file is deleted, since it may be ahead of the log, which rebuilds
-// it. If another node took the object over (ErrFenced), its lease is forgotten too.
+// it. If another node took the object over (ErrFenced), its lease is forgotten too, and the object's
+// facets here read the log again before their next commit.
 func (x *Object) Failed(h Host, cause error) {
 	removeLocal(x.path)
 	h.Replaced()
-	x.synced, x.cursor = false, nil
+	x.gen, x.cursor, x.drops = 0, nil, nil
 	if errors.Is(cause, ErrFenced) && x.lease != nil {
+		x.log.mu.Lock()
+		if x.log.open == x.lease {
+			x.log.open = nil
+		}
+		x.log.mu.Unlock()
 		x.lease.mu.Lock()
 		x.lease.lost = true
 		x.lease.mu.Unlock()
@@ -375,18 +461,22 @@ func (x *Object) Failed(h Host, cause error) {
 		x.n.unref(x.lease) // lost: nothing to hand back
 		x.lease = nil
 		x.n.cfg.Logger.Warn("another node took the object over: its batch is refused, its local file discarded", "event", "fenced",
-			"namespace", x.ns, "name", x.name, "error", cause)
+			"namespace", x.ns, "name", x.name, "db", x.db, "error", cause)
 	}
 }
 
 // Release lets go of the shard's lease, if this node holds it for the object (the object was
 // evicted): the shard's last resident object hands the lease back, and another node may take the
-// shard at once.
+// shard at once. The Object is not used again.
 func (x *Object) Release() error {
+	if x.log != nil {
+		x.n.detach(x.key, x.log)
+		x.log = &logState{} // a stale turn of a dropped Object appends nothing through the shared one
+	}
 	if x.lease == nil {
 		return nil
 	}
 	l := x.lease
-	x.lease, x.synced = nil, false
+	x.lease, x.gen = nil, 0
 	return x.n.unref(l)
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 
 	"github.com/durable-go/durable/core/internal/walship"
@@ -17,6 +18,10 @@ import (
 // logrecord.MaxBytes; replay applies a commit once its last part (without logrecord.More) is read.
 // An epoch record's payload is the node's name. A snapshot record's payload names the blob that
 // holds the database file, its size and SHA-256, and the batch of the last commit it holds.
+//
+// An object's facets write in its log (facets.go). A record flagged logrecord.Tagged names the
+// databases it is for: a commit's payload (before deflating) begins with a commitHead (the database,
+// the facet directories the commit drops); a snapshot's lists one snapshotInfo per database.
 
 var errBadRecord = logrecord.ErrBad
 
@@ -90,10 +95,77 @@ func unpack(payload []byte, flags byte, buf *bytes.Buffer) ([]byte, error) {
 
 var inflaters sync.Pool
 
+// commitHead is what a tagged commit says before its pages: the database it is for (a facet's, by
+// its path below the object's facets directory; "" for the object's own), and the facet directories
+// its batch deleted (DeleteAll), below which every database is empty from this commit on.
+type commitHead struct {
+	DB    string
+	Drops []string
+}
+
+func (h commitHead) tagged() bool { return h.DB != "" || len(h.Drops) > 0 }
+
+// drops reports whether the commit empties database db.
+func (h commitHead) drops(db string) bool {
+	for _, d := range h.Drops {
+		if db != "" && strings.HasPrefix(db, d) {
+			return true
+		}
+	}
+	return false
+}
+
+func (h commitHead) encode(b []byte) []byte {
+	b = appendString(b, h.DB)
+	b = binary.AppendUvarint(b, uint64(len(h.Drops)))
+	for _, d := range h.Drops {
+		b = appendString(b, d)
+	}
+	return b
+}
+
+func decodeHead(b []byte) (h commitHead, rest []byte, err error) {
+	if h.DB, b, err = readString(b); err != nil {
+		return h, nil, err
+	}
+	n, k := binary.Uvarint(b)
+	if k <= 0 || n > uint64(len(b)) {
+		return h, nil, fmt.Errorf("%w: commit head", errBadRecord)
+	}
+	b = b[k:]
+	for range n {
+		var d string
+		if d, b, err = readString(b); err != nil {
+			return h, nil, err
+		}
+		h.Drops = append(h.Drops, d)
+	}
+	return h, b, nil
+}
+
+func appendString(b []byte, s string) []byte {
+	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
+}
+
+func readString(b []byte) (string, []byte, error) {
+	n, k := binary.Uvarint(b)
+	if k <= 0 || n > uint64(len(b)-k) {
+		return "", nil, fmt.Errorf("%w: a name in a tagged record", errBadRecord)
+	}
+	return string(b[k : k+int(n)]), b[k+int(n):], nil
+}
+
 // commitRecords makes the records of one commit, chained from prev: one, or several parts of at
-// most logrecord.MaxBytes.
-func commitRecords(c *walship.Commit, epoch uint64, batch logrecord.BatchID, prev uint64) [][]byte {
-	payload, flags := pack(encodeCommit(c))
+// most logrecord.MaxBytes. A commit of a facet's database, or one that drops facets, is tagged.
+func commitRecords(c *walship.Commit, head commitHead, epoch uint64, batch logrecord.BatchID, prev uint64) [][]byte {
+	raw := encodeCommit(c)
+	var tag byte
+	if head.tagged() {
+		raw = append(head.encode(nil), raw...)
+		tag = logrecord.Tagged
+	}
+	payload, flags := pack(raw)
+	flags |= tag
 	const room = logrecord.MaxBytes - logrecord.HeaderSize
 	var out [][]byte
 	for part := uint32(0); ; part++ {
@@ -125,6 +197,58 @@ func (s *snapshotInfo) encode() []byte {
 	b = append(b, s.SHA256[:]...)
 	b = append(b, s.Batch[:]...)
 	return append(b, s.Blob...)
+}
+
+// dbSnapshot is one database's part of a tagged snapshot record.
+type dbSnapshot struct {
+	DB   string // as in commitHead
+	Info snapshotInfo
+}
+
+func encodeSnapshots(es []dbSnapshot) []byte {
+	b := binary.AppendUvarint(nil, uint64(len(es)))
+	for _, e := range es {
+		b = appendString(b, e.DB)
+		b = appendString(b, string(e.Info.encode()))
+	}
+	return b
+}
+
+func decodeSnapshots(b []byte) ([]dbSnapshot, error) {
+	n, k := binary.Uvarint(b)
+	if k <= 0 || n > uint64(len(b)) {
+		return nil, fmt.Errorf("%w: tagged snapshot record", errBadRecord)
+	}
+	b = b[k:]
+	var es []dbSnapshot
+	for range n {
+		var db, info string
+		var err error
+		if db, b, err = readString(b); err == nil {
+			info, b, err = readString(b)
+		}
+		if err != nil {
+			return nil, err
+		}
+		si, err := decodeSnapshot([]byte(info))
+		if err != nil {
+			return nil, err
+		}
+		es = append(es, dbSnapshot{DB: db, Info: *si})
+	}
+	return es, nil
+}
+
+// snapshotsOf decodes a snapshot record's payload, tagged or not.
+func snapshotsOf(r *logrecord.Record) ([]dbSnapshot, error) {
+	if r.Flags&logrecord.Tagged != 0 {
+		return decodeSnapshots(r.Payload)
+	}
+	si, err := decodeSnapshot(r.Payload)
+	if err != nil {
+		return nil, err
+	}
+	return []dbSnapshot{{Info: *si}}, nil
 }
 
 func decodeSnapshot(b []byte) (*snapshotInfo, error) {

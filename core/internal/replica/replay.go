@@ -10,6 +10,7 @@ import (
 	"hash"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -23,16 +24,66 @@ import (
 
 var errNotAt = errors.New("core: the local file is not at this record")
 
+// logEnd is where a read of the log ended.
+type logEnd struct {
+	seq, sum uint64   // the last record read, and its checksum
+	epoch    uint64   // the last epoch read
+	records  int      // the records read since the last snapshot record, or all of them if none
+	snapped  bool     // a snapshot record was read
+	blobs    []string // the blobs of the last snapshot record read
+	facets   bool     // a record of a facet's database (or of several databases) was read
+	dbs      []string // the databases named by the records read (those of the object's own untagged)
+	data     bool     // the target holds a database
+}
+
 // replay reads the object's log after sequence after into the local file: with want, the local file
 // itself, which must be at the commit of batch want, the first record after after (at reports
-// whether it was); without, a new file built from nothing, which replaces the local one. It sets
-// the object's log position and returns the last epoch read.
-func (x *Object) replay(h Host, after uint64, want *logrecord.BatchID, st *sqlstore.DB) (lastEpoch uint64, at bool, _ *sqlstore.DB, err error) {
+// whether it was); without, a new file built from nothing, which replaces the local one. Only the
+// records of the Object's database (x.db) are applied; every record is checked. It returns where
+// the read ended, for the caller to take in.
+func (x *Object) replay(h Host, after uint64, want *logrecord.BatchID, st *sqlstore.DB) (end logEnd, at bool, _ *sqlstore.DB, err error) {
 	path := x.path
-	target := path + ".rebuild"
-	if want != nil {
-		target = path
+	if want == nil {
+		end, err = x.build(path+".rebuild", nil)
+		if err != nil {
+			return end, false, nil, err
+		}
+		removeLocal(path)
+		if end.data {
+			if err = os.Rename(path+".rebuild", path); err != nil {
+				return end, false, nil, err
+			}
+			datadir.SyncDir(filepath.Dir(path))
+		}
+		h.Replaced()
+		return end, true, nil, nil
 	}
+	end, at, st, err = x.read(path, after, want, st, x.db)
+	return end, at, st, err
+}
+
+// build writes database db of the object (nil: the Object's own), as the log has it, into a new
+// file at target, which it removes if the log holds no data for it (end.data is false).
+func (x *Object) build(target string, db *string) (logEnd, error) {
+	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+		return logEnd{}, err
+	}
+	which := x.db
+	if db != nil {
+		which = *db
+	}
+	end, _, _, err := x.read(target, 0, nil, nil, which)
+	if err == nil && !end.data {
+		os.Remove(target)
+	}
+	return end, err
+}
+
+// read reads the log after sequence after into target: with want, the local file (open as st),
+// which must be at the commit of batch want; without, a new file (truncated first, and removed if
+// the read fails). It applies the commits of database db only.
+func (x *Object) read(target string, after uint64, want *logrecord.BatchID, st *sqlstore.DB, db string) (end logEnd, at bool, _ *sqlstore.DB, err error) {
+	path := x.path
 	var f *os.File
 	written := false                   // the target was written to
 	open := func() (*os.File, error) { // the local file is written only once st is closed
@@ -60,19 +111,20 @@ func (x *Object) replay(h Host, after uint64, want *logrecord.BatchID, st *sqlst
 	}
 	if want == nil {
 		if _, err := open(); err != nil {
-			return 0, false, nil, err
+			return end, false, nil, err
 		}
 	}
 	defer func() {
 		if f != nil {
 			f.Close()
 		}
-		if want == nil || err != nil && written {
+		if want == nil && err != nil {
 			os.Remove(target)
 		}
 	}()
 	var (
 		seq, sum  uint64
+		lastEpoch uint64
 		chained   bool
 		first     = true
 		waiting   = want != nil // for the records of the file's own batch
@@ -82,7 +134,9 @@ func (x *Object) replay(h Host, after uint64, want *logrecord.BatchID, st *sqlst
 		data      = want != nil // the target holds a database
 		records   int
 		snapped   bool // a snapshot record was read: records counts from it
-		blob      = x.snapBlob
+		blobs     []string
+		facets    bool
+		dbs       = map[string]bool{}
 		pages     = pageCache{open: open}
 		raw       bytes.Buffer
 	)
@@ -113,15 +167,28 @@ func (x *Object) replay(h Host, after uint64, want *logrecord.BatchID, st *sqlst
 		case logrecord.Snapshot:
 			parts = nil
 			records, snapped = 0, true
-			info, err := decodeSnapshot(r.Payload)
+			snaps, err := snapshotsOf(r)
 			if err != nil {
 				return fmt.Errorf("record %d: %w", s, err)
 			}
-			blob = info.Blob
+			blobs = blobs[:0]
+			var info *snapshotInfo
+			for i := range snaps {
+				blobs = append(blobs, snaps[i].Info.Blob)
+				dbs[snaps[i].DB] = true
+				if snaps[i].DB == db {
+					info = &snaps[i].Info
+				}
+			}
+			facets = facets || r.Flags&logrecord.Tagged != 0
 			if want != nil {
 				return nil // a snapshot of a state the file went through
 			}
 			pages.drop()
+			if info == nil { // the database had no data when the snapshot was taken
+				data = false
+				return f.Truncate(0)
+			}
 			if err := loadSnapshot(ctx, x.n.cfg.Log, x.key, info, f); err != nil { // f is open: not catching up
 				return fmt.Errorf("record %d: %w", s, err)
 			}
@@ -145,6 +212,25 @@ func (x *Object) replay(h Host, after uint64, want *logrecord.BatchID, st *sqlst
 			if want != nil && r.Batch == *want {
 				return nil // the local file's own commit
 			}
+			var head commitHead
+			if r.Flags&logrecord.Tagged != 0 {
+				facets = true
+				if head, b, err = decodeHead(b); err != nil {
+					return fmt.Errorf("record %d: %w", s, err)
+				}
+			}
+			dbs[head.DB] = true
+			if head.drops(db) { // its facet was deleted: it starts empty
+				if want != nil {
+					return errDropped
+				}
+				pages.drop()
+				data = false
+				return f.Truncate(0)
+			}
+			if head.DB != db {
+				return nil // another database's
+			}
 			c, err := decodeCommit(b)
 			if err != nil {
 				return fmt.Errorf("record %d: %w", s, err)
@@ -162,13 +248,19 @@ func (x *Object) replay(h Host, after uint64, want *logrecord.BatchID, st *sqlst
 		err = pages.flush()
 	}
 	if errors.Is(err, errNotAt) || waiting {
-		return 0, false, st, nil // nothing written: the file's own batch is checked before anything
+		return end, false, st, nil // nothing written: the file's own batch is checked before anything
+	}
+	if errors.Is(err, errDropped) { // its facet was deleted since: rebuilt (empty) from nothing
+		if written {
+			removeLocal(path)
+		}
+		return end, false, st, nil
 	}
 	if err != nil {
 		if want != nil && written {
 			removeLocal(path) // partly caught up: a cache no longer
 		}
-		return 0, false, st, fmt.Errorf("core: read the log of %s: %w", x.key, err)
+		return end, false, st, fmt.Errorf("core: read the log of %s: %w", x.key, err)
 	}
 	if f != nil {
 		if err = f.Sync(); err == nil {
@@ -176,30 +268,16 @@ func (x *Object) replay(h Host, after uint64, want *logrecord.BatchID, st *sqlst
 		}
 		f = nil
 		if err != nil {
-			return 0, false, nil, err
+			return end, false, nil, err
 		}
 	}
-	if want == nil {
-		removeLocal(path)
-		if data {
-			if err = os.Rename(target, path); err != nil {
-				return 0, false, nil, err
-			}
-			datadir.SyncDir(filepath.Dir(path))
-		}
-		h.Replaced()
-	}
-	x.seq, x.sum, x.snapBlob = seq, sum, blob
-	if seq == 0 {
-		x.sum = 0
-	}
-	if want == nil || snapped {
-		x.records = records
-	} else {
-		x.records += records
-	}
-	return lastEpoch, true, st, nil
+	end = logEnd{seq: seq, sum: sum, epoch: lastEpoch, records: records, snapped: snapped, blobs: blobs, facets: facets, data: data,
+		dbs: slices.Sorted(maps.Keys(dbs))}
+	return end, true, st, nil
 }
+
+// errDropped stops a catching up at a commit that deleted the file's facet.
+var errDropped = errors.New("core: the facet was deleted")
 
 // pageCache gathers the pages of replayed commits, each page's last image, and writes them into the
 // file in one pass (a counter's commits rewrite the same few pages): at the end of the replay, or
