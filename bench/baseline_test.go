@@ -122,9 +122,18 @@ type bareDB struct {
 }
 
 // openBare opens the database at path.
-func openBare(path string) (*bareDB, error) {
+func openBare(path string) (*bareDB, error) { return openBareWith(path, "") }
+
+// openBareExclusive opens the database at path in SQLite's exclusive locking mode, as the runtime
+// holds an object's file: two descriptors (database and WAL), the WAL index in memory.
+func openBareExclusive(path string) (*bareDB, error) {
+	return openBareWith(path, "_pragma=locking_mode(EXCLUSIVE)&")
+}
+
+// openBareWith opens the database at path with pragmas (DSN parameters, each ending in "&") first.
+func openBareWith(path, pragmas string) (*bareDB, error) {
 	u := url.URL{Scheme: "file", Path: path}
-	db, err := sql.Open("sqlite", u.String()+"?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(10000)")
+	db, err := sql.Open("sqlite", u.String()+"?"+pragmas+"_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(10000)")
 	if err != nil {
 		return nil, err
 	}

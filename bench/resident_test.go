@@ -29,29 +29,28 @@ import (
 //   - rss-B/resident-object: growth of the process's resident set
 //     (/proc/self/statm) per object. It adds what the Go heap does not
 //     see: SQLite's own memory (modernc.org/libc allocates it outside the Go
-//     heap: the connection, its schema, its thread state) and the WAL index
-//     (-shm) each open database maps.
+//     heap: the connection, its schema, its thread state, the WAL index).
 //   - fds/resident-object: file descriptors per object.
 //
 // Measured on linux/amd64: about 100 KB per object (161 KB before idle
 // databases gave their memory back; bare SQLite, BenchmarkResidentBare,
 // 142 KB with its page cache and statements), 7 KB of it in the Go heap.
-// What stays: the WAL index, 32 KiB mapped from the -shm file; the
+// What stays: the WAL index, 32 KiB in the connection's memory; the
 // connection's thread state, about 25 KiB; the connection itself (pager,
-// B-tree, WAL, a page-sized buffer) and its schema. Three file descriptors
-// per object (database, WAL, WAL index): the WAL index stays in the -shm
-// file because inspection and the background quick check read a database
-// on connections of their own while the object's is open, which SQLite's
-// exclusive locking mode (the index in the heap: as much memory, one
-// descriptor less) would forbid.
+// B-tree, WAL, a page-sized buffer) and its schema. Two file descriptors
+// per object (database and WAL, against three for bare SQLite): the
+// connection holds its file in SQLite's exclusive locking mode, which keeps
+// the WAL index in its memory instead of a -shm file (as much memory, one
+// descriptor less); inspection, backup and the background quick check read
+// the file through the object's gate.
 //
 // The objects stay resident because they stay open: IdleTimeout is an
 // hour, and 1,000 is under the bound on open databases,
 // Options.MaxOpenObjects, whose default is sized by the machine (the
-// descriptor limit at 3 per object, and an eighth of memory at 384 KiB per
+// descriptor limit at 2 per object, and an eighth of memory at 384 KiB per
 // object; Stats().MaxOpenObjects says what it is). That bound is what caps
 // this memory: a server full of idle objects holds MaxOpenObjects times
-// rss-B/resident-object, plus three file descriptors per object; an object
+// rss-B/resident-object, plus two file descriptors per object; an object
 // called within the last second holds its page cache besides (up to 64
 // pages, about 8 KiB each). Past the bound, activating one more object
 // evicts the least recently used idle one first, paying a database close

@@ -145,9 +145,8 @@ func (a *Admin) Backup(ctx context.Context, dst string, opts BackupOptions) (Bac
 	return p, nil
 }
 
-// copyObject copies one object's database to out through its gate if its namespace is registered
-// (a facet, or an object of a namespace not registered, cannot be in memory: its file is copied on
-// a connection of its own, which sees its last commit just as well). It returns the copy's earliest
+// copyObject copies one object's database to out through its gate if its namespace is registered,
+// else through copyFacet. It returns the copy's earliest
 // timer and size. The directory entry is made durable with the others, at the end.
 func (rt *Runtime) copyObject(ctx context.Context, e runindex.Object, out string) (at, size int64, err error) {
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
@@ -177,7 +176,7 @@ func (rt *Runtime) copyObject(ctx context.Context, e runindex.Object, out string
 			return err
 		})
 	} else {
-		at, err = vacuumClosed(src, tmp)
+		at, err = rt.copyFacet(ctx, e, src, tmp)
 	}
 	if err != nil {
 		return 0, 0, err
@@ -189,6 +188,27 @@ func (rt *Runtime) copyObject(ctx context.Context, e runindex.Object, out string
 		return 0, 0, err
 	}
 	return at, datadir.FileSize(out), nil
+}
+
+// copyFacet copies a facet's database, or an object's of a namespace not registered, to tmp: through
+// the facet's gate if it is resident (its open database holds the file alone: sqlstore.Open), else on
+// a connection of its own (an activation that comes meanwhile waits for it, by SQLite's busy timeout).
+func (rt *Runtime) copyFacet(ctx context.Context, e runindex.Object, src, tmp string) (int64, error) {
+	for {
+		f := rt.liveFacet(e)
+		if f == nil {
+			return vacuumClosed(src, tmp)
+		}
+		var at int64
+		err := f.hold(ctx, func() error {
+			var err error
+			at, err = f.vacuumInto(tmp)
+			return err
+		})
+		if err != errEvicted {
+			return at, err
+		}
+	}
 }
 
 // vacuumInto writes a copy of the object's database, as of its last commit, to path, and returns

@@ -8,15 +8,16 @@ import (
 )
 
 // The default MaxOpenObjects is sized by the machine: each open object holds descriptors (its
-// database, its WAL, the WAL's index) and memory, so the bound is the smaller of what the
-// descriptor limit and a share of memory allow. An idle object's database holds about 100 KB
-// (bench's BenchmarkResident: the connection, its thread state, its schema and the 32 KiB WAL
-// index; its page cache, statements and lookaside are given back a second after its last call);
+// database and its WAL; the WAL's index is in the connection's memory, sqlstore.Open) and memory,
+// so the bound is the smaller of what the descriptor limit and a share of memory allow. An idle
+// object's database holds about 100 KB (bench's BenchmarkResident: the connection, its thread
+// state, its schema and the 32 KiB WAL index; its page cache, statements and lookaside are given
+// back a second after its last call);
 // one called within the last second holds its page cache besides, up to 64 pages of about 8 KiB
 // (a 4 KiB page and its header in the allocator's 8 KiB slot). memPerObject keeps the share when
 // up to half the open objects have a full page cache.
 const (
-	fdsPerObject     = 3         // the database, its -wal and its -shm
+	fdsPerObject     = 2         // the database and its -wal
 	memPerObject     = 384 << 10 // bytes: 100 KB idle, and half of a full page cache (512 KiB)
 	memShare         = 8         // open objects may use one eighth of the machine's memory
 	minMaxOpen       = 64        // never fewer, however small the machine

@@ -20,7 +20,7 @@ import (
 //   - as the runtime reads and writes: SQLite's SQLITE_CORRUPT or SQLITE_NOTADB met by a call or an
 //     alarm becomes an ErrDamaged naming the file;
 //   - off the request path: after a file's first open, SQLite's quick check runs on it in the
-//     background, one file at a time, through a read-only connection of its own; Admin.Check runs
+//     background, one file at a time, holding the object's gate (see fullCheck); Admin.Check runs
 //     the integrity check on every file.
 //
 // A file found damaged in any of these ways is remembered: its object is closed (at once if it is
@@ -205,8 +205,12 @@ func (rt *Runtime) runChecks() {
 	}
 }
 
-// fullCheck runs SQLite's quick check on o's file through a read-only connection of its own (WAL
-// mode lets it read while the object's connection writes) and marks the file damaged if it fails.
+// fullCheck runs SQLite's quick check on o's file and marks the file damaged if it fails. An open
+// database holds its file alone (sqlstore.Open): if an object is live at o's address, the check
+// takes its gate, as a hold that claims nothing, and runs on its connection if its database is open
+// (a call that comes meanwhile waits for the check, once per file and runtime). Otherwise it runs
+// on a read-only connection of its own, after any pending close of the file; an activation that
+// comes meanwhile waits for the file (SQLite's busy timeout) until the check's connection closes.
 // A verdict on a file replaced meanwhile (Restore, Quarantine) is dropped.
 func (rt *Runtime) fullCheck(o *object) {
 	path := o.place.db
@@ -215,10 +219,32 @@ func (rt *Runtime) fullCheck(o *object) {
 		return
 	}
 	var verdict string
-	r, err := sqlstore.OpenReadOnly(path)
-	if err == nil {
-		err = r.Query(rt.base, "PRAGMA main.quick_check(1)", nil, func(rows *sql.Rows) error { return rows.Scan(&verdict) })
-		r.Close()
+	scan := func(rows *sql.Rows) error { return rows.Scan(&verdict) }
+	own := func() error {
+		o.ns.waitClosed(o.id)
+		r, err := sqlstore.OpenReadOnly(path)
+		if err == nil {
+			err = r.Query(rt.base, "PRAGMA main.quick_check(1)", nil, scan)
+			r.Close()
+		}
+		return err
+	}
+	for {
+		cur := o.ns.live(o.name)
+		if cur == nil {
+			err = own()
+			break
+		}
+		err = cur.holdLocal(rt.base, func() error {
+			if st := cur.openStore(); st != nil {
+				return st.QueryOwn("PRAGMA main.quick_check(1)", nil, scan)
+			}
+			return own()
+		})
+		if err != errEvicted {
+			o = cur
+			break
+		}
 	}
 	if rt.base.Err() != nil { // Shutdown: the file's next runtime checks it
 		return

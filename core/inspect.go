@@ -281,10 +281,19 @@ func (rt *Runtime) lookup(namespace, name string) (runindex.Object, error) {
 
 // readEntry runs fn on a read-only connection to the catalog entry's database: holding the
 // object's gate, as a turn that builds no instance, if its namespace is registered (o is then the
-// object); straight from the file otherwise (o is nil).
+// object); straight from the file otherwise (o is nil). An open database holds its file alone
+// (sqlstore.Open): the object's, or a resident facet's, is closed first, its gate held (its next
+// turn opens it again); a file no object has open may be read at once (an activation that comes
+// meanwhile waits for it, by SQLite's busy timeout).
 func (rt *Runtime) readEntry(ctx context.Context, e runindex.Object, fn func(r *sqlstore.ReadOnly, o *object) error) error {
-	read := func(o *object) error {
+	read := func(o, held *object) error {
 		path := filepath.Join(rt.dir, e.File)
+		if held != nil {
+			if err := held.closeDB(); err != nil {
+				return err
+			}
+			held.ns.waitClosed(held.id)
+		}
 		if datadir.FileSize(path) == 0 {
 			return &DamagedError{Path: path, Reason: "missing or empty"}
 		}
@@ -299,7 +308,15 @@ func (rt *Runtime) readEntry(ctx context.Context, e runindex.Object, fn func(r *
 	ns := rt.namespaces[e.Namespace]
 	rt.mu.RUnlock()
 	if ns == nil {
-		return read(nil)
+		for {
+			f := rt.liveFacet(e)
+			if f == nil {
+				return read(nil, nil)
+			}
+			if err := f.hold(ctx, func() error { return read(nil, f) }); err != errEvicted {
+				return err
+			}
+		}
 	}
 	if err := rt.enter(); err != nil {
 		return err
@@ -307,9 +324,20 @@ func (rt *Runtime) readEntry(ctx context.Context, e runindex.Object, fn func(r *
 	defer rt.leave()
 	return viaCaller(ctx, func(ctx context.Context) error {
 		return ns.with(e.Name, e.ID, placement{}, func(o *object) error {
-			return o.hold(ctx, func() error { return read(o) })
+			return o.hold(ctx, func() error { return read(o, o) })
 		})
 	})
+}
+
+// liveFacet returns the resident facet object a catalog entry of a facet kind names, or nil.
+func (rt *Runtime) liveFacet(e runindex.Object) *object {
+	rt.mu.RLock()
+	kind := rt.facets[e.Namespace]
+	rt.mu.RUnlock()
+	if kind == nil {
+		return nil
+	}
+	return kind.live(e.Name)
 }
 
 // report reads an object's report on r; o is the object, its gate held, or nil.

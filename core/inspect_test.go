@@ -300,7 +300,7 @@ func TestRearm_Unregistered(t *testing.T) {
 // namespace of the catalog, and its own database is read.
 func TestInspect_Facet(t *testing.T) {
 	ctx := context.Background()
-	w := openFacets(t, core.Options{Dir: t.TempDir()})
+	w := openFacets(t, core.Options{Dir: t.TempDir(), IdleTimeout: time.Hour})
 	a := w.facet(t, "ws", "a")
 	require.NoError(t, core.Do(ctx, a, func(ctx context.Context, p *processor) error {
 		_, err := p.st.Storage().Exec(ctx, "INSERT INTO beat(at) VALUES (7)")
@@ -318,4 +318,18 @@ func TestInspect_Facet(t *testing.T) {
 	res, err := w.rt.Admin().Query(ctx, "workspaces.proc", objs[0].Name, 0, "SELECT at FROM beat")
 	require.NoError(t, err)
 	require.Equal(t, [][]any{{int64(7)}}, res.Rows)
+
+	// A backup copies the resident facet's database through its gate (it holds its file alone),
+	// and the facet serves on.
+	require.NoError(t, core.Do(ctx, a, func(ctx context.Context, p *processor) error {
+		_, err := p.st.Storage().Exec(ctx, "INSERT INTO beat(at) VALUES (8)")
+		return err
+	}))
+	dst := filepath.Join(t.TempDir(), "backup")
+	p, err := w.rt.Admin().Backup(ctx, dst, core.BackupOptions{})
+	require.NoError(t, err)
+	require.Zero(t, p.Skipped)
+	copied := openFacets(t, core.Options{Dir: dst})
+	require.Equal(t, 2, beats(t, copied.facet(t, "ws", "a")), "the copy holds the facet's last commit")
+	require.Equal(t, 2, beats(t, a))
 }

@@ -217,6 +217,13 @@ func (ns *namespace) with(name, id string, place placement, fn func(o *object) e
 	}
 }
 
+// live returns the resident object for name, or nil.
+func (ns *namespace) live(name string) *object {
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	return ns.objects[name]
+}
+
 // object returns the resident object for name, creating it if needed.
 func (ns *namespace) object(name, id string, place placement) *object {
 	ns.mu.Lock()

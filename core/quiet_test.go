@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -211,4 +214,71 @@ func TestRuntime_RunningTurnIsNotQuiesced(t *testing.T) {
 			t.Errorf("the turn counts %d rows, want 3", n)
 		}
 	})
+}
+
+// S-O10, S-O8: an open object's database holds two file descriptors (the database and its log; the
+// log's index is in memory, no -shm file), and holds its file alone; inspection and a read-only query
+// of an open object still read what it committed, and the object serves again after them.
+func TestRuntime_OpenObjectHoldsTwoDescriptors(t *testing.T) {
+	fds := func() int {
+		es, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Skipf("no /proc/self/fd: %v", err)
+		}
+		return len(es)
+	}
+	dir := t.TempDir()
+	ctx := context.Background()
+	rt := openRuntime(t, core.Options{Dir: dir, IdleTimeout: time.Hour})
+	ns, err := core.Register(rt, "plain", func(_ context.Context, st *core.State) (*plainObj, error) { return &plainObj{st: st}, nil })
+	require.NoError(t, err)
+	insert := func(stub *core.Stub[*plainObj]) int {
+		n, err := core.Call(ctx, stub, func(ctx context.Context, p *plainObj) (int, error) {
+			s := p.st.Storage()
+			if _, err := s.Exec(ctx, "CREATE TABLE IF NOT EXISTS t(x)"); err != nil {
+				return 0, err
+			}
+			if _, err := s.Exec(ctx, "INSERT INTO t VALUES (1)"); err != nil {
+				return 0, err
+			}
+			var n int
+			err := s.QueryRow(ctx, "SELECT count(*) FROM t").Scan(&n)
+			return n, err
+		})
+		require.NoError(t, err)
+		return n
+	}
+	const objects = 20
+	stubs := make([]*core.Stub[*plainObj], objects)
+	for i := range stubs {
+		stubs[i], err = ns.Get(fmt.Sprint("o", i))
+		require.NoError(t, err)
+	}
+	insert(stubs[0]) // the runtime's own files are open from here on
+	before := fds()
+	for _, s := range stubs[1:] {
+		insert(s)
+	}
+	require.Equal(t, int64(objects), rt.Stats().OpenDBs)
+	if got, want := fds()-before, 2*(objects-1); got != want {
+		t.Fatalf("%d more descriptors for %d more open objects, want %d", got, objects-1, want)
+	}
+	shm, err := filepath.Glob(filepath.Join(dir, "plain", "*-shm"))
+	require.NoError(t, err)
+	require.Empty(t, shm, "no WAL index file while the objects are open")
+
+	rep, err := rt.Admin().Inspect(ctx, "plain", "o1")
+	require.NoError(t, err)
+	require.True(t, slices.ContainsFunc(rep.Tables, func(tb core.TableInfo) bool { return tb.Name == "t" && tb.Rows == 1 }), "%+v", rep.Tables)
+	res, err := rt.Admin().Query(ctx, "plain", "o2", 0, "SELECT count(*) FROM t")
+	require.NoError(t, err)
+	require.Equal(t, [][]any{{int64(1)}}, res.Rows)
+	problems, err := rt.Admin().Check(ctx)
+	require.NoError(t, err)
+	require.Empty(t, problems)
+	require.Equal(t, 2, insert(stubs[1]), "the inspected object serves again, with every row")
+	require.Equal(t, 2, insert(stubs[2]))
+	shm, err = filepath.Glob(filepath.Join(dir, "plain", "*-shm"))
+	require.NoError(t, err)
+	require.Empty(t, shm, "inspection leaves no WAL index file behind")
 }

@@ -332,12 +332,20 @@ func (o *object) invoke(t *turn, fn func(context.Context, any) error) (err error
 // hold runs fn holding the object's gate, as a turn that builds no instance and runs no code of the
 // object's, with no batch open (one handed over with the gate is committed first). fn may run turns
 // of its own through runTurnNoCtor.
-func (o *object) hold(ctx context.Context, fn func() error) error {
+func (o *object) hold(ctx context.Context, fn func() error) error { return o.holdAs(ctx, true, fn) }
+
+// holdLocal is hold for work on the local file alone (the background check): in cluster mode it
+// does not claim the object.
+func (o *object) holdLocal(ctx context.Context, fn func() error) error {
+	return o.holdAs(ctx, false, fn)
+}
+
+func (o *object) holdAs(ctx context.Context, claim bool, fn func() error) error {
 	t := &turn{Context: ctx, o: o}
 	if _, err := o.acquire(t, nil, false); err != nil {
 		return err
 	}
-	if o.repl != nil {
+	if claim && o.repl != nil {
 		if err := o.claim(); err != nil {
 			o.release()
 			return err

@@ -5,7 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
+	"os"
 	"strings"
 
 	"modernc.org/sqlite"
@@ -17,8 +19,10 @@ var ErrWrite = errors.New("statement would write")
 // ReadOnly is a connection to a database that cannot change it, three times over: the file is
 // opened read-only (mode=ro), the connection has query_only set, and an authorizer refuses every
 // action but reading (SELECT, reading columns, functions, recursive CTEs and the pragmas that only
-// read). It is for inspecting a database while its owner's connection is idle.
+// read). It is for inspecting a database while its owner's connection is closed: an open one holds
+// the file exclusively (see Open).
 type ReadOnly struct {
+	path   string
 	db     *sql.DB
 	conn   *sql.Conn
 	denied string
@@ -32,7 +36,7 @@ func OpenReadOnly(path string) (*ReadOnly, error) {
 		return nil, err
 	}
 	db.SetMaxOpenConns(1)
-	r := &ReadOnly{db: db}
+	r := &ReadOnly{path: path, db: db}
 	if r.conn, err = db.Conn(context.Background()); err != nil {
 		db.Close()
 		return nil, err
@@ -51,10 +55,16 @@ func OpenReadOnly(path string) (*ReadOnly, error) {
 	return r, nil
 }
 
-// Close closes the connection.
+// Close closes the connection, and removes the log's index (-shm) that a read-only connection
+// shares through a file: the owner's connection keeps its own in memory, and no other connection is
+// open on the file.
 func (r *ReadOnly) Close() error {
 	r.conn.Close()
-	return r.db.Close()
+	err := r.db.Close()
+	if rerr := os.Remove(r.path + "-shm"); err == nil && rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+		err = rerr
+	}
+	return err
 }
 
 // Query runs query with args and hands each row to scan. A statement the authorizer refuses fails

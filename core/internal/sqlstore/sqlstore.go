@@ -135,7 +135,18 @@ func ensureDir(dir string) error {
 }
 
 // Open opens the database at path, creating it from template if it does not exist. Tables named
-// with prefix belong to the owner: user SQL may not change them.
+// with prefix belong to the owner: user SQL may not change them. The connection holds the file
+// exclusively while it is open.
+//
+// The connection holds its file in SQLite's exclusive locking mode, set before it first reads the
+// file: it takes the file's exclusive lock at its first read and keeps it until it closes, and it
+// keeps the write-ahead log's index in its own memory instead of a shared -shm file, so an open
+// database holds two file descriptors (the database and its log), not three. No other connection,
+// in this process or another, can read the file meanwhile (it fails with SQLITE_BUSY): whoever else
+// reads it (inspection, a copy, a check) does so through this connection, or while it is closed.
+// The log, its commits and their fsyncs are the same in either mode: a commit is acknowledged after
+// the log holds it (fsynced with synchronous FULL), the index is rebuilt from the log at the next
+// open, after a crash as after a close, and a crash releases the lock with the process.
 //
 // With synchronous FULL, closing the database does not checkpoint it: every commit fsynced the
 // write-ahead log, so what it holds is durable where it is, and the next Open reads it back (a
@@ -193,9 +204,9 @@ func Open(path, synchronous, prefix string, template func() ([]byte, error)) (*D
 		// first of them that needs the schema reads it, with the log and its index, and that work
 		// (most of an open) needs no process-wide lock. busy_timeout comes first, for that read.
 		// journal_size_limit: a checkpoint at close truncates the log to zero bytes, and a log that
-		// restarts is cut back to WALTrim.
+		// restarts is cut back to WALTrim. locking_mode comes before anything reads the file.
 		s.internal = true
-		_, err = s.conn.ExecContext(context.Background(), fmt.Sprintf("PRAGMA busy_timeout = 10000; PRAGMA synchronous = %s; PRAGMA cache_size = %d; PRAGMA journal_size_limit = %d",
+		_, err = s.conn.ExecContext(context.Background(), fmt.Sprintf("PRAGMA locking_mode = EXCLUSIVE; PRAGMA busy_timeout = 10000; PRAGMA synchronous = %s; PRAGMA cache_size = %d; PRAGMA journal_size_limit = %d",
 			synchronous, cachePages, WALTrim))
 		s.internal = false
 	}

@@ -177,3 +177,42 @@ func TestQuiesceGivesMemoryBack(t *testing.T) {
 		t.Fatalf("told %d times by Close of a quiesced database, want 1", woke)
 	}
 }
+
+// An open database holds its file alone: its log's index lives in its own memory (no -shm file, two
+// descriptors), another connection cannot read the file while it is open, and can once it is closed.
+func TestOpenHoldsTheFileExclusively(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.sqlite")
+	db := openTest(t, path, "FULL")
+	writeRows(t, db, 3, 10)
+	if _, err := os.Stat(path + "-shm"); !os.IsNotExist(err) {
+		t.Fatalf("stat %s-shm: %v, want no such file while the database is open", path, err)
+	}
+	other, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(0)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	var n int
+	if err := other.QueryRow("SELECT count(*) FROM t").Scan(&n); err == nil || !strings.Contains(err.Error(), "locked") {
+		t.Fatalf("another connection read the open file: %d rows, error %v; want SQLITE_BUSY", n, err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := OpenReadOnly(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Query(t.Context(), "SELECT count(*) FROM t", nil, func(rows *sql.Rows) error { return rows.Scan(&n) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n != 3 {
+		t.Fatalf("read %d rows after the close, want 3", n)
+	}
+	if _, err := os.Stat(path + "-shm"); !os.IsNotExist(err) {
+		t.Fatalf("stat %s-shm: %v, want it removed with the read-only connection", path, err)
+	}
+}
