@@ -28,6 +28,7 @@ type wsHub struct {
 	groups map[wsKey]*wsGroup
 	closed bool
 	wg     sync.WaitGroup // reader goroutines (each waits for its writer)
+	relay  *wsRelay       // cluster mode with relaying: sockets held at other nodes (wsrelay.go)
 }
 
 type wsKey struct {
@@ -60,7 +61,8 @@ func (h *wsHub) groupLocked(k wsKey, create bool) *wsGroup {
 	return g
 }
 
-func (h *wsHub) add(ws *WebSocket) error {
+// add lists ws; reader says a reader goroutine of the hub's serves it (not so for one an edge holds).
+func (h *wsHub) add(ws *WebSocket, reader bool) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -70,7 +72,9 @@ func (h *wsHub) add(ws *WebSocket) error {
 	ws.group, ws.slot = g, len(g.conns)
 	g.conns = append(g.conns, ws)
 	g.live++
-	h.wg.Add(1) // for ws.read
+	if reader {
+		h.wg.Add(1) // for ws.read
+	}
 	return nil
 }
 
@@ -149,8 +153,13 @@ func (h *wsHub) close() error {
 	}
 	h.mu.Unlock()
 	for _, ws := range all {
+		if rc, ok := ws.c.(*remoteConn); ok { // held by an edge, which follows the object elsewhere
+			rc.forget()
+			continue
+		}
 		ws.c.StartClose(&wsconn.End{Code: CloseGoingAway, Reason: "runtime shutting down"})
 	}
+	h.relay.close()
 	h.wg.Wait()
 	return nil
 }
@@ -185,7 +194,12 @@ func (rt *Runtime) checkOrigin(r *http.Request) bool {
 // read is the reader goroutine, owned by the hub.
 func (ws *WebSocket) read() {
 	defer ws.rt.ws.wg.Done()
-	e := ws.c.Serve(ws.onMessage)
+	ws.ended(ws.c.(*wsconn.Conn).Serve(ws.onMessage))
+}
+
+// ended delivers the end of a connection, once the messages read before it are delivered: the
+// object's close or error event, then the attachment goes.
+func (ws *WebSocket) ended(e wsconn.Ending) {
 	for range wsInFlight { // the messages read are delivered before the end is
 		ws.inflight <- struct{}{}
 	}
@@ -258,6 +272,8 @@ func (ws *WebSocket) delivered(err error) {
 	case err == nil || errors.Is(err, ErrClosed):
 	case errors.Is(err, ErrOverloaded):
 		ws.c.StartClose(&wsconn.End{Code: CloseTryAgainLater, Reason: "object overloaded"})
+	case errors.Is(err, ErrNotOwner) || errors.Is(err, ErrFenced):
+		ws.c.StartClose(&wsconn.End{Code: CloseServiceRestart, Reason: "object moved"})
 	default:
 		ws.rt.log.Error("websocket message handler failed", "event", "websocket_handler_failed",
 			"namespace", ws.ns.name, "name", ws.name, "error", err)
