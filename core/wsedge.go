@@ -3,7 +3,9 @@ package core
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"sync"
@@ -310,6 +312,23 @@ func (r *wsRelay) sendIn(s *edgeSock, w *wireWS) error {
 			s.owner = ""
 			s.mu.Unlock()
 			id, moved = r.newID(), target
+			continue
+		case err == nil && len(result) > 0 && result[0] == '{': // messages refused: the object moved
+			var ir inReply
+			if err := json.Unmarshal(result, &ir); err != nil || ir.Done < 0 || ir.Done > len(w.Frames) {
+				return fmt.Errorf("core: a bad answer from node %q: %s", target, result)
+			}
+			w.Frames = w.Frames[ir.Done:]
+			s.mu.Lock()
+			s.owner = ""
+			s.mu.Unlock()
+			id = r.newID()
+			if r.rt.now().Sub(since) > r.grace {
+				return fmt.Errorf("core: no owner of %s/%q took its messages", s.ns.name, s.name)
+			}
+			if err := r.pause(); err != nil {
+				return err
+			}
 			continue
 		case err == nil:
 			s.mu.Lock()

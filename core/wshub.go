@@ -247,15 +247,23 @@ func (ws *WebSocket) ended(e wsconn.Ending) {
 // connection queue one after the other (their order kept) and share a group commit.
 const wsInFlight = 32
 
-func (ws *WebSocket) onMessage(f wsconn.Frame) {
+func (ws *WebSocket) onMessage(f wsconn.Frame) { ws.onFrame(f, nil) }
+
+// onFrame delivers a message read; outcome, if set, is told the outcome of its turn (nil for an
+// auto-response), and a turn refused because another node owns the object (ErrNotOwner, ErrFenced:
+// nothing of it is durable) is its business alone: the connection stays open.
+func (ws *WebSocket) onFrame(f wsconn.Frame, outcome func(error)) {
 	if ar := ws.group.auto.Load(); ar != nil && !f.Binary && string(f.Data) == ar.request {
 		ws.autoAt.Store(ws.rt.now().UnixNano())
 		ws.c.Enqueue(wsconn.Frame(ar.response))
+		if outcome != nil {
+			outcome(nil)
+		}
 		return
 	}
 	ws.inflight <- struct{}{}
 	ws.ns.count(telemetry.MessageIn)
-	ws.post(func(ctx context.Context, inst any) error {
+	ws.post(outcome, func(ctx context.Context, inst any) error {
 		if !ws.c.Open() {
 			return nil // closed while the message waited (its accept was rolled back, say)
 		}
@@ -282,23 +290,32 @@ func (ws *WebSocket) delivered(err error) {
 }
 
 // post queues fn as a turn of the owning object (re-created if evicted) without waiting for it; its
-// outcome goes to delivered once its writes are durable, and its in-flight token is returned.
-func (ws *WebSocket) post(fn func(context.Context, any) error) {
+// outcome goes to delivered (and to outcome, if set) once its writes are durable, and its
+// in-flight token is returned.
+func (ws *WebSocket) post(outcome func(error), fn func(context.Context, any) error) {
 	rt := ws.rt
 	ctx, sp := rt.eventSpan(rt.base, "durable.websocket.message", ws.ns, ws.name)
 	var t *turn // the posted turn, for its measurements
+	delivered := func(err error) {
+		if outcome == nil || !errors.Is(err, ErrNotOwner) && !errors.Is(err, ErrFenced) {
+			ws.delivered(err)
+		}
+		if outcome != nil {
+			outcome(err)
+		}
+	}
 	done := func(err error) {
 		if t != nil {
 			t.posted(err)
 		}
 		eventEnd(sp, err)
-		ws.delivered(err)
+		delivered(err)
 		<-ws.inflight
 		rt.leave()
 	}
 	if err := rt.enter(); err != nil {
 		eventEnd(sp, err)
-		ws.delivered(err)
+		delivered(err)
 		<-ws.inflight
 		return
 	}

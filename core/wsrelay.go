@@ -135,12 +135,13 @@ func (c *remoteConn) setAttachment(b []byte) {
 }
 
 // listRemote lists a handle for the connection sock that edge holds.
-func (r *wsRelay) listRemote(ns *namespace, name, edge, sock string, rec *wireSock) (*WebSocket, error) {
+// noClose and noError say the object lacks WebSocketClose, WebSocketError.
+func (r *wsRelay) listRemote(ns *namespace, name, edge, sock string, rec *wireSock, noClose, noError bool) (*WebSocket, error) {
 	if len(rec.Tags) > MaxTags || len(rec.Attach) > MaxAttachmentLen {
 		return nil, fmt.Errorf("%w: a WebSocket's record over the limits", ErrInvalidArgument)
 	}
 	ws := &WebSocket{rt: r.rt, ns: ns, name: name, id: objectID(ns.name, name), tags: slices.Clone(rec.Tags),
-		inflight: make(chan struct{}, wsInFlight)}
+		inflight: make(chan struct{}, wsInFlight), noClose: noClose, noError: noError}
 	if len(rec.Attach) > 0 {
 		ws.attach = slices.Clone(rec.Attach)
 	}
@@ -167,11 +168,11 @@ func acceptRelayed(t *turn, eu *edgeUpgrade, tags []string) (*WebSocket, error) 
 	if eu.ws != nil {
 		return nil, errors.New("core: AcceptWebSocket: the request's connection is accepted already")
 	}
-	ws, err := o.rt.ws.relay.listRemote(o.ns, o.name, eu.edge, eu.sock, &wireSock{Tags: tags})
+	noClose, noError := o.lacksWebSocketHandlers()
+	ws, err := o.rt.ws.relay.listRemote(o.ns, o.name, eu.edge, eu.sock, &wireSock{Tags: tags}, noClose, noError)
 	if err != nil {
 		return nil, err
 	}
-	ws.noClose, ws.noError = o.lacksWebSocketHandlers()
 	t.emit(effect{kind: effAccept, ws: ws})
 	eu.ws = ws
 	return ws, nil
@@ -226,18 +227,43 @@ func (r *wsRelay) serveIn(ctx context.Context, ns *namespace, name, edge string,
 		if err != nil {
 			return nil, err
 		}
-		if ws, err = r.listRemote(ns, name, edge, in.Sock, in.Record); err != nil {
+		if ws, err = r.listRemote(ns, name, edge, in.Sock, in.Record, !hasClose, !hasError); err != nil {
 			return nil, err
 		}
-		ws.noClose, ws.noError = !hasClose, !hasError
 	}
-	for _, f := range in.Frames {
-		ws.onMessage(wsconn.Frame{Data: f.Data, Binary: f.Binary})
+	outcomes := make([]chan error, len(in.Frames))
+	for i, f := range in.Frames {
+		ch := make(chan error, 1)
+		outcomes[i] = ch
+		ws.onFrame(wsconn.Frame{Data: f.Data, Binary: f.Binary}, func(err error) { ch <- err })
+	}
+	// The reply waits for the messages' turns: those refused because another node owns the object
+	// now (nothing of them durable) are for the edge to send there.
+	moved := -1
+	for i, ch := range outcomes {
+		err := <-ch
+		switch {
+		case errors.Is(err, ErrNotOwner) || errors.Is(err, ErrFenced):
+			if moved < 0 {
+				moved = i
+			}
+		case err == nil && moved >= 0: // ran after one that was refused: the order is lost
+			ws.c.StartClose(&wsconn.End{Code: CloseServiceRestart, Reason: "object moved"})
+		}
+	}
+	if moved >= 0 {
+		return json.Marshal(inReply{Done: moved})
 	}
 	if in.End != nil && ws.c.(*remoteConn).forget() {
 		ws.ended(in.End.ending())
 	}
 	return []byte("null"), nil
+}
+
+// inReply is an owner's answer to "in" when the messages from Done on were refused: another node
+// owns the object now.
+type inReply struct {
+	Done int `json:"done"`
 }
 
 // push queues it for edge, and starts the edge's sender if none runs.
