@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -254,18 +255,22 @@ func (s *edgeSock) applyLocked(it wireItem) {
 func (r *wsRelay) serveOut(items []wireItem) []string {
 	var unknown []string
 	for _, it := range items {
-		r.mu.Lock()
-		s := r.socks[it.Sock]
-		r.mu.Unlock()
-		if s == nil {
-			if len(unknown) == 0 || unknown[len(unknown)-1] != it.Sock {
-				unknown = append(unknown, it.Sock)
+		for _, sock := range append([]string{it.Sock}, it.More...) {
+			r.mu.Lock()
+			s := r.socks[sock]
+			r.mu.Unlock()
+			if s == nil {
+				if !slices.Contains(unknown, sock) {
+					unknown = append(unknown, sock)
+				}
+				continue
 			}
-			continue
+			one := it // the message's bytes are shared, as a broadcast's are here
+			one.Sock, one.More = sock, nil
+			s.mu.Lock()
+			s.applyLocked(one)
+			s.mu.Unlock()
 		}
-		s.mu.Lock()
-		s.applyLocked(it)
-		s.mu.Unlock()
 	}
 	return unknown
 }

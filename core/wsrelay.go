@@ -278,12 +278,23 @@ func (r *wsRelay) push(edge string, it wireItem) {
 		ob = &wsOutbox{edge: edge}
 		r.outboxes[edge] = ob
 	}
-	ob.items = append(ob.items, it)
+	if n := len(ob.items); n > 0 && sameFrame(&ob.items[n-1], &it) { // a broadcast: its message once per edge
+		ob.items[n-1].More = append(ob.items[n-1].More, it.Sock)
+	} else {
+		ob.items = append(ob.items, it)
+	}
 	if !ob.sending {
 		ob.sending = true
 		r.wg.Add(1)
 		go r.sendOut(ob)
 	}
+}
+
+// sameFrame reports whether b is a message that a, the last item waiting, already carries (the
+// same bytes: a broadcast's), so that b's connection joins a's list, its order kept.
+func sameFrame(a, b *wireItem) bool {
+	return a.Close == nil && !a.SetAttach && b.Close == nil && !b.SetAttach && a.Binary == b.Binary &&
+		len(a.Data) == len(b.Data) && len(a.Data) > 0 && &a.Data[0] == &b.Data[0]
 }
 
 // wsOutbox is what waits for one edge.
@@ -313,8 +324,10 @@ func (r *wsRelay) sendOut(ob *wsOutbox) {
 		r.mu.Lock()
 		for _, it := range items {
 			if it.Close == nil && !it.SetAttach {
-				if ws := r.handles[it.Sock]; ws != nil {
-					ws.c.(*remoteConn).queued.Add(-1)
+				for _, sock := range append([]string{it.Sock}, it.More...) {
+					if ws := r.handles[sock]; ws != nil {
+						ws.c.(*remoteConn).queued.Add(-1)
+					}
 				}
 			}
 		}

@@ -30,6 +30,7 @@ type wireSock struct {
 // wireItem is one message, or (out) a close or an attachment.
 type wireItem struct {
 	Sock      string          `json:"sock,omitempty"`
+	More      []string        `json:"more,omitempty"` // out: other connections the same message is for
 	Data      []byte          `json:"data,omitempty"`
 	Binary    bool            `json:"bin,omitempty"`
 	Close     *wsconn.End     `json:"close,omitempty"`
