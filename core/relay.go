@@ -34,7 +34,8 @@ type wireHTTPReply struct {
 	Status int         `json:"status"`
 	Header http.Header `json:"header,omitempty"`
 	Body   []byte      `json:"body,omitempty"`
-	Tags   []string    `json:"tags,omitempty"` // an upgrade the object accepted: its tags
+	Tags   []string    `json:"tags,omitempty"`   // an upgrade the object accepted: its tags
+	Attach []byte      `json:"attach,omitempty"` // and its attachment as the accepting turn left it
 }
 
 // hopHeaders are not relayed: they describe one connection, not the request.
@@ -181,7 +182,8 @@ func (ro *router) serveHTTP(ctx context.Context, ns *namespace, w *wireCall) (*w
 	case err != nil && !g.sent:
 		return nil, err
 	case eu != nil && eu.ws != nil && err == nil:
-		return &wireHTTPReply{Status: http.StatusSwitchingProtocols, Tags: eu.ws.tags}, nil
+		att, _ := eu.ws.Attachment()
+		return &wireHTTPReply{Status: http.StatusSwitchingProtocols, Tags: eu.ws.tags, Attach: att}, nil
 	}
 	return &wireHTTPReply{Status: rec.status, Header: rec.header, Body: rec.body.Bytes()}, nil
 }

@@ -81,6 +81,9 @@ func (r *wsRelay) upgrade(w http.ResponseWriter, req *http.Request, ns *namespac
 	case err == nil && hrep != nil && hrep.Status == http.StatusSwitchingProtocols:
 		s.mu.Lock()
 		s.rec.Tags = hrep.Tags
+		if s.rec.Attach == nil { // unless a later one came first
+			s.rec.Attach = hrep.Attach
+		}
 		s.owner = r.ownerOf(s.shard)
 		s.mu.Unlock()
 		c, err := wsconn.Upgrade(r.rt.ws.upgrader(r.rt), w, req, wsconn.Options{
