@@ -129,8 +129,12 @@
 // namespace's own sentinels that its Define calls name (Define's errs: out of stock, say). A method called from a turn opens the
 // caller's gate while it waits, so A -> B -> A completes across nodes; a call that would wait for a
 // gate kept closed along its way (BlockConcurrencyWhile) fails with ErrDeadlock. Stub.ServeHTTP
-// relays a request to the owner the same way (413 over Replication.MaxRelayBody; WebSocket
-// upgrades are not relayed: 421 naming the owner). core.Call stays local: where another node owns
+// relays a request to the owner the same way (413 over Replication.MaxRelayBody). A WebSocket
+// upgrade is accepted at the node that received it, the edge, which keeps the connection and relays
+// its traffic to the object's owner and back, in order per connection; when the object's shard
+// moves, each edge registers its connections with the new owner, so they stay open. A connection
+// that cannot follow (no owner reached for four lease times) closes with CloseServiceRestart, and
+// one whose edge died is reported closed with 1006. core.Call stays local: where another node owns
 // the object it fails with ErrNotOwner, naming it.
 //
 // # Errors

@@ -14,8 +14,9 @@ import (
 // HTTP from any node. In cluster mode with Replication.Calls, Stub.ServeHTTP at a node that does not
 // own the object relays the request to the owner over the same calls as a Method (its method, URL,
 // headers and body, up to Replication.MaxRelayBody) and writes the owner's response, which the
-// owner sent once its turn's writes were durable. A WebSocket upgrade is not relayed: it is
-// answered 421, naming the owner, as is every request when Replication.NoHTTPRelay is set.
+// owner sent once its turn's writes were durable. A WebSocket upgrade is relayed too, and the
+// connection is then held here, its traffic relayed (wsrelay.go, wsedge.go). With
+// Replication.NoHTTPRelay set, a request for an object another node owns is answered 421, naming it.
 
 // wireHTTP is a relayed request.
 type wireHTTP struct {
@@ -25,6 +26,7 @@ type wireHTTP struct {
 	RemoteAddr string      `json:"remote,omitempty"`
 	Header     http.Header `json:"header,omitempty"`
 	Body       []byte      `json:"body,omitempty"`
+	Socket     string      `json:"socket,omitempty"` // an upgrade: the id the edge gives the connection
 }
 
 // wireHTTPReply is its response.
@@ -32,6 +34,8 @@ type wireHTTPReply struct {
 	Status int         `json:"status"`
 	Header http.Header `json:"header,omitempty"`
 	Body   []byte      `json:"body,omitempty"`
+	Tags   []string    `json:"tags,omitempty"`   // an upgrade the object accepted: its tags
+	Attach []byte      `json:"attach,omitempty"` // and its attachment as the accepting turn left it
 }
 
 // hopHeaders are not relayed: they describe one connection, not the request.
@@ -72,14 +76,8 @@ func (s *Stub[T]) serveHTTPRouted(w http.ResponseWriter, r *http.Request) {
 			return nil
 		},
 	}
-	if shard := s.ns.rt.cluster.ShardOf(s.ns.name, s.name); upgrade {
-		if owner, _ := s.ns.rt.cluster.Owner(shard); owner != "" { // the upgrade must be made where the object is
-			g = &gatedResponse{w: w, header: make(http.Header)}
-			g.finish(s.err("call", &NotOwnerError{Key: s.ns.name + "/" + s.name, Holder: owner}), s.ns)
-			return
-		}
-		g = &gatedResponse{w: w, header: make(http.Header)}
-		g.finish(s.fetch(r.Context(), g, r), s.ns)
+	if upgrade { // the connection stays here, its traffic goes to the owner (wsedge.go)
+		s.ns.rt.ws.relay.upgrade(w, r, s.ns, s.name)
 		return
 	}
 	hr := &wireHTTP{Method: r.Method, URL: r.URL.String(), Host: r.Host, RemoteAddr: r.RemoteAddr, Header: r.Header.Clone()}
@@ -169,6 +167,11 @@ func (ro *router) serveHTTP(ctx context.Context, ns *namespace, w *wireCall) (*w
 	}
 	req.ContentLength = int64(len(w.HTTP.Body))
 	req.Header.Set("Content-Length", strconv.Itoa(len(w.HTTP.Body)))
+	var eu *edgeUpgrade
+	if w.HTTP.Socket != "" { // an upgrade held at the edge: AcceptWebSocket registers it
+		eu = &edgeUpgrade{edge: w.From, sock: w.HTTP.Socket}
+		req = req.WithContext(context.WithValue(ctx, edgeKey{}, eu))
+	}
 	rec := &recordedResponse{header: http.Header{}}
 	s := &Stub[any]{ns: ns, name: w.Name, id: objectID(ns.name, w.Name), place: topPlace(ns, w.Name, objectID(ns.name, w.Name))}
 	g := &gatedResponse{w: rec, header: make(http.Header)}
@@ -178,6 +181,9 @@ func (ro *router) serveHTTP(ctx context.Context, ns *namespace, w *wireCall) (*w
 		return &wireHTTPReply{Status: http.StatusNotImplemented, Body: []byte("object does not serve HTTP\n")}, nil
 	case err != nil && !g.sent:
 		return nil, err
+	case eu != nil && eu.ws != nil && err == nil:
+		att, _ := eu.ws.Attachment()
+		return &wireHTTPReply{Status: http.StatusSwitchingProtocols, Tags: eu.ws.tags, Attach: att}, nil
 	}
 	return &wireHTTPReply{Status: rec.status, Header: rec.header, Body: rec.body.Bytes()}, nil
 }

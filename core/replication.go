@@ -180,6 +180,9 @@ func (rt *Runtime) openReplication() error {
 	}
 	rt.cluster = n
 	if r.Calls != nil {
+		if !r.NoHTTPRelay {
+			rt.ws.relay = newWSRelay(rt, r)
+		}
 		if rt.router, err = startRouter(rt, r); err != nil {
 			n.Close()
 			return err

@@ -422,6 +422,8 @@ func (ro *router) run(ctx context.Context, w *wireCall) (reply []byte, ran bool)
 	ns := ro.rt.namespaces[w.NS]
 	ro.rt.mu.Unlock()
 	switch {
+	case w.WS != nil: // a WebSocket's traffic (wsrelay.go)
+		result, err = ro.rt.ws.relay.serve(ctx, ns, w)
 	case ns == nil:
 		err = fmt.Errorf("%w: namespace %q is not registered on node %q", ErrNoMethod, w.NS, ro.node)
 	case slices.Contains(w.Chain, w.NS+"/"+w.Name):

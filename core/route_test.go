@@ -474,7 +474,8 @@ func TestMethodCallCutLink(t *testing.T) {
 
 // S-CL17: Stub.ServeHTTP at a node that does not own the object relays the request to the owner and
 // writes its response; a body over Replication.MaxRelayBody is 413 and is not sent; a WebSocket
-// upgrade is 421; with NoHTTPRelay, 421 as without Calls.
+// upgrade is relayed too (an object that does not accept it answers it); with NoHTTPRelay, 421 as
+// without Calls.
 func TestServeHTTPRelayed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := replogtest.NewMemCluster()
@@ -503,8 +504,11 @@ func TestServeHTTPRelayed(t *testing.T) {
 		up := httptest.NewRequest(http.MethodGet, "/acct/x", nil)
 		up.Header.Set("Connection", "Upgrade")
 		up.Header.Set("Upgrade", "websocket")
+		up.Header.Set("Sec-WebSocket-Version", "13")
+		up.Header.Set("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
 		w = serve(n2, up)
-		require.Equal(t, http.StatusMisdirectedRequest, w.Code)
+		require.Equal(t, http.StatusOK, w.Code, "answered by the owner, which does not accept it")
+		require.Equal(t, "n1", w.Header().Get("X-Node"))
 
 		w = serve(n3, httptest.NewRequest(http.MethodGet, "/acct/x", nil))
 		require.Equal(t, http.StatusMisdirectedRequest, w.Code, "relaying off")

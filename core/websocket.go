@@ -28,14 +28,15 @@ const (
 // Close codes the runtime sends (and 1002 when the client broke the protocol). An object closing a
 // connection itself may use 1000 or a code from 3000 to 4999.
 const (
-	CloseNormal        = 1000 // a normal close
-	CloseGoingAway     = 1001 // Runtime.Close: every connection, on shutdown (R8)
-	CloseNoStatus      = 1005 // reported to WebSocketClose: the peer's Close frame had no code
-	CloseAbnormal      = 1006 // reported to WebSocketClose: the connection dropped without a Close frame
-	CloseInvalidText   = 1007 // a text message that is not valid UTF-8 (never delivered)
-	CloseMessageTooBig = 1009 // a message over Options.WebSocketMaxMessage (1 MiB)
-	CloseInternalError = 1011 // a handler failed, or the turn that accepted the connection did
-	CloseTryAgainLater = 1013 // the client fell behind its send queue, or the object's queue was full
+	CloseNormal         = 1000 // a normal close
+	CloseGoingAway      = 1001 // Runtime.Close: every connection, on shutdown (R8)
+	CloseNoStatus       = 1005 // reported to WebSocketClose: the peer's Close frame had no code
+	CloseAbnormal       = 1006 // reported to WebSocketClose: the connection dropped without a Close frame
+	CloseInvalidText    = 1007 // a text message that is not valid UTF-8 (never delivered)
+	CloseMessageTooBig  = 1009 // a message over Options.WebSocketMaxMessage (1 MiB)
+	CloseInternalError  = 1011 // a handler failed, or the turn that accepted the connection did
+	CloseServiceRestart = 1012 // cluster mode: the object moved and the connection could not follow it; reconnect
+	CloseTryAgainLater  = 1013 // the client fell behind its send queue, or the object's queue was full
 )
 
 // A Message is one WebSocket message: text (UTF-8) or binary. A binary one is
@@ -93,6 +94,9 @@ func (st *State) AcceptWebSocket(ctx context.Context, w http.ResponseWriter, r *
 			return nil, fmt.Errorf("core: AcceptWebSocket: tag of %d bytes (must be 1 to %d)", len(tag), MaxTagLen)
 		}
 	}
+	if eu, ok := r.Context().Value(edgeKey{}).(*edgeUpgrade); ok { // upgraded at another node, the edge
+		return acceptRelayed(t, eu, tags)
+	}
 	rt := o.rt
 	ws := &WebSocket{rt: rt, ns: o.ns, name: o.name, id: o.id, tags: slices.Clone(tags), inflight: make(chan struct{}, wsInFlight)}
 	ws.c, err = wsconn.Upgrade(rt.ws.upgrader(rt), w, r, wsconn.Options{
@@ -103,7 +107,7 @@ func (st *State) AcceptWebSocket(ctx context.Context, w http.ResponseWriter, r *
 		return nil, fmt.Errorf("%w: %w", ErrBadHandshake, err)
 	}
 	ws.noClose, ws.noError = o.lacksWebSocketHandlers()
-	if err := rt.ws.add(ws); err != nil {
+	if err := rt.ws.add(ws, true); err != nil {
 		ws.c.Drop()
 		return nil, err
 	}
@@ -167,8 +171,8 @@ func (st *State) SetWebSocketAutoResponse(request, response string) error {
 type WebSocket struct {
 	rt               *Runtime
 	ns               *namespace
-	name, id         string // the owning object's
-	c                *wsconn.Conn
+	name, id         string      // the owning object's
+	c                wsTransport // *wsconn.Conn here, *remoteConn for one an edge holds (wsrelay.go)
 	tags             []string
 	noClose, noError bool          // the object has no WebSocketClose, WebSocketError handler
 	autoAt           atomic.Int64  // unix ns of the last auto-response
@@ -240,6 +244,9 @@ func (ws *WebSocket) SerializeAttachment(v any) error {
 		return ErrWebSocketClosed
 	}
 	ws.attach = b
+	if rc, ok := ws.c.(*remoteConn); ok {
+		rc.setAttachment(b) // the edge keeps a copy, to carry it to the next owner
+	}
 	return nil
 }
 
@@ -269,6 +276,14 @@ func (ws *WebSocket) AutoResponseTimestamp() time.Time {
 		return time.Unix(0, ns)
 	}
 	return time.Time{}
+}
+
+// wsTransport is what a handle needs of its connection: wsconn's, or the relay's to another node.
+type wsTransport interface {
+	Open() bool
+	Enqueue(f wsconn.Frame) bool
+	StartClose(end *wsconn.End)
+	Drop()
 }
 
 // slowCut records a WebSocket client cut off for falling behind.

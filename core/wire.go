@@ -22,6 +22,7 @@ type wireCall struct {
 	Chain   []string  `json:"chain,omitempty"`   // objects whose gates stay closed for the call
 	Timeout int64     `json:"timeout,omitempty"` // what was left of the caller's deadline, in ns
 	HTTP    *wireHTTP `json:"http,omitempty"`
+	WS      *wireWS   `json:"ws,omitempty"` // a WebSocket's traffic between its edge and its owner
 }
 
 // A call on the wire is its header (wireCall in JSON, without the argument), a newline, and the

@@ -28,6 +28,7 @@ type wsHub struct {
 	groups map[wsKey]*wsGroup
 	closed bool
 	wg     sync.WaitGroup // reader goroutines (each waits for its writer)
+	relay  *wsRelay       // cluster mode with relaying: sockets held at other nodes (wsrelay.go)
 }
 
 type wsKey struct {
@@ -60,7 +61,8 @@ func (h *wsHub) groupLocked(k wsKey, create bool) *wsGroup {
 	return g
 }
 
-func (h *wsHub) add(ws *WebSocket) error {
+// add lists ws; reader says a reader goroutine of the hub's serves it (not so for one an edge holds).
+func (h *wsHub) add(ws *WebSocket, reader bool) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -70,7 +72,9 @@ func (h *wsHub) add(ws *WebSocket) error {
 	ws.group, ws.slot = g, len(g.conns)
 	g.conns = append(g.conns, ws)
 	g.live++
-	h.wg.Add(1) // for ws.read
+	if reader {
+		h.wg.Add(1) // for ws.read
+	}
 	return nil
 }
 
@@ -149,8 +153,13 @@ func (h *wsHub) close() error {
 	}
 	h.mu.Unlock()
 	for _, ws := range all {
+		if rc, ok := ws.c.(*remoteConn); ok { // held by an edge, which follows the object elsewhere
+			rc.forget()
+			continue
+		}
 		ws.c.StartClose(&wsconn.End{Code: CloseGoingAway, Reason: "runtime shutting down"})
 	}
+	h.relay.close()
 	h.wg.Wait()
 	return nil
 }
@@ -185,7 +194,12 @@ func (rt *Runtime) checkOrigin(r *http.Request) bool {
 // read is the reader goroutine, owned by the hub.
 func (ws *WebSocket) read() {
 	defer ws.rt.ws.wg.Done()
-	e := ws.c.Serve(ws.onMessage)
+	ws.ended(ws.c.(*wsconn.Conn).Serve(ws.onMessage))
+}
+
+// ended delivers the end of a connection, once the messages read before it are delivered: the
+// object's close or error event, then the attachment goes.
+func (ws *WebSocket) ended(e wsconn.Ending) {
 	for range wsInFlight { // the messages read are delivered before the end is
 		ws.inflight <- struct{}{}
 	}
@@ -233,15 +247,23 @@ func (ws *WebSocket) read() {
 // connection queue one after the other (their order kept) and share a group commit.
 const wsInFlight = 32
 
-func (ws *WebSocket) onMessage(f wsconn.Frame) {
+func (ws *WebSocket) onMessage(f wsconn.Frame) { ws.onFrame(f, nil) }
+
+// onFrame delivers a message read; outcome, if set, is told the outcome of its turn (nil for an
+// auto-response), and a turn refused because another node owns the object (ErrNotOwner, ErrFenced:
+// nothing of it is durable) is its business alone: the connection stays open.
+func (ws *WebSocket) onFrame(f wsconn.Frame, outcome func(error)) {
 	if ar := ws.group.auto.Load(); ar != nil && !f.Binary && string(f.Data) == ar.request {
 		ws.autoAt.Store(ws.rt.now().UnixNano())
 		ws.c.Enqueue(wsconn.Frame(ar.response))
+		if outcome != nil {
+			outcome(nil)
+		}
 		return
 	}
 	ws.inflight <- struct{}{}
 	ws.ns.count(telemetry.MessageIn)
-	ws.post(func(ctx context.Context, inst any) error {
+	ws.post(outcome, func(ctx context.Context, inst any) error {
 		if !ws.c.Open() {
 			return nil // closed while the message waited (its accept was rolled back, say)
 		}
@@ -258,6 +280,8 @@ func (ws *WebSocket) delivered(err error) {
 	case err == nil || errors.Is(err, ErrClosed):
 	case errors.Is(err, ErrOverloaded):
 		ws.c.StartClose(&wsconn.End{Code: CloseTryAgainLater, Reason: "object overloaded"})
+	case errors.Is(err, ErrNotOwner) || errors.Is(err, ErrFenced):
+		ws.c.StartClose(&wsconn.End{Code: CloseServiceRestart, Reason: "object moved"})
 	default:
 		ws.rt.log.Error("websocket message handler failed", "event", "websocket_handler_failed",
 			"namespace", ws.ns.name, "name", ws.name, "error", err)
@@ -266,23 +290,32 @@ func (ws *WebSocket) delivered(err error) {
 }
 
 // post queues fn as a turn of the owning object (re-created if evicted) without waiting for it; its
-// outcome goes to delivered once its writes are durable, and its in-flight token is returned.
-func (ws *WebSocket) post(fn func(context.Context, any) error) {
+// outcome goes to delivered (and to outcome, if set) once its writes are durable, and its
+// in-flight token is returned.
+func (ws *WebSocket) post(outcome func(error), fn func(context.Context, any) error) {
 	rt := ws.rt
 	ctx, sp := rt.eventSpan(rt.base, "durable.websocket.message", ws.ns, ws.name)
 	var t *turn // the posted turn, for its measurements
+	delivered := func(err error) {
+		if outcome == nil || !errors.Is(err, ErrNotOwner) && !errors.Is(err, ErrFenced) {
+			ws.delivered(err)
+		}
+		if outcome != nil {
+			outcome(err)
+		}
+	}
 	done := func(err error) {
 		if t != nil {
 			t.posted(err)
 		}
 		eventEnd(sp, err)
-		ws.delivered(err)
+		delivered(err)
 		<-ws.inflight
 		rt.leave()
 	}
 	if err := rt.enter(); err != nil {
 		eventEnd(sp, err)
-		ws.delivered(err)
+		delivered(err)
 		<-ws.inflight
 		return
 	}

@@ -60,7 +60,9 @@ func ParseDelivery(frame []byte, binary bool) (d Delivery, ok bool, err error) {
 // in order and once each, until ctx is done or fn fails.
 //
 // When the connection drops (a restart closes every WebSocket with 1001,
-// SEMANTICS R8), Follow reconnects with ?since= the last offset it passed
+// SEMANTICS R8), or a live message skips offsets (in cluster mode, a
+// connection the room's new node did not list yet when a message was
+// sent, SEMANTICS CL18), Follow reconnects with ?since= the last offset it passed
 // to fn, after a pause that doubles from 100 ms up to 5 s, so fn misses
 // nothing the room's history still holds. If the history no longer
 // reaches back that far, Follow returns an error wrapping ErrGap. It pings
@@ -151,6 +153,12 @@ func follow(ctx context.Context, c *websocket.Conn, last *int64, fn func(Deliver
 		}
 		if !ok || d.Offset <= *last {
 			continue // a notice, or a message seen before the reconnect
+		}
+		if *last >= 0 && d.Offset > *last+1 {
+			// This connection missed messages (in cluster mode, one the room's
+			// new node did not list yet when they were sent): dial again from
+			// the last offset seen, and the room replays them.
+			return &websocket.CloseError{Code: websocket.CloseServiceRestart, Text: "missed messages"}
 		}
 		if err := fn(d); err != nil {
 			return err
