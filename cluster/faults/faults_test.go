@@ -18,6 +18,7 @@ var (
 	seed     = flag.Uint64("faults.seed", 1, "the seed of the fault schedule and the clients")
 	nodes    = flag.Int("faults.nodes", 3, "node processes (3 or 5)")
 	target   = flag.String("faults.target", "engine", "what to put through the faults")
+	alarms   = flag.Int("faults.alarms", 48, "objects whose alarms the runtime target arms during the run (0: none)")
 )
 
 var targets = []faults.Target{faults.EngineTarget{}, faults.RuntimeTarget{}}
@@ -50,8 +51,20 @@ func TestFaults(t *testing.T) {
 	if tg == nil {
 		t.Fatalf("no target %q", *target)
 	}
-	sum := faults.Run(t, faults.Config{Target: tg, Nodes: *nodes, Duration: *duration, Seed: *seed})
+	cfg := faults.Config{Target: tg, Nodes: *nodes, Duration: *duration, Seed: *seed}
+	if tg.Name() == "runtime" {
+		cfg.Alarms = *alarms
+	}
+	sum := faults.Run(t, cfg)
 	t.Log(sum)
+	if sum.Alarms != nil {
+		// S-CL9: every armed alarm runs at least once, never before its time, and after its owner's
+		// loss within a second of its shard's failover (p99).
+		t.Log(sum.Alarms)
+		if !sum.Alarms.OK() {
+			t.Errorf("%s", sum.Alarms)
+		}
+	}
 	if !sum.OK() {
 		t.Errorf("%s", sum)
 	}

@@ -30,6 +30,9 @@ type Config struct {
 	Keys     int           // keys the clients write (default 3)
 	Clients  int           // concurrent clients (default 6)
 	StopFor  time.Duration // how long a SIGSTOP lasts (default 6 s: longer than a lease)
+	// Alarms is how many objects the alarm workload arms during the run (runtime target only; 0:
+	// none; alarm_workload.go).
+	Alarms int
 	// CheckTimeout bounds porcupine's search per key (default 2 min).
 	CheckTimeout time.Duration
 	Logf         func(format string, args ...any)
@@ -47,6 +50,7 @@ type Summary struct {
 	Refused, LogRecords                           int
 	Lost, Phantoms, EpochDrops                    int
 	Verdicts                                      []*Verdict
+	Alarms                                        *AlarmSummary // nil without Config.Alarms
 }
 
 // OK reports whether every key passed every checker.
@@ -81,11 +85,12 @@ type proc struct {
 
 // cluster is the harness's set of node processes and the links between them.
 type harness struct {
-	t     testing.TB
-	cfg   Config
-	net   *Net
-	procs []*proc
-	start time.Time
+	t      testing.TB
+	cfg    Config
+	net    *Net
+	procs  []*proc
+	start  time.Time
+	events []faultEvent // the faults, as they began
 }
 
 // Run starts cfg.Nodes node processes of cfg.Target, injects faults from a schedule seeded with
@@ -147,6 +152,7 @@ func Run(t testing.TB, cfg Config) *Summary {
 	for c := range cfg.Clients {
 		wg.Go(func() { w.client(wctx, c, rand.New(rand.NewPCG(cfg.Seed, uint64(c+1)))) })
 	}
+	aw := startAlarms(h, clients, cfg.Seed)
 	h.faults(sum, rand.New(rand.NewPCG(cfg.Seed, 0)))
 	stopClients()
 	wg.Wait()
@@ -154,6 +160,12 @@ func Run(t testing.TB, cfg Config) *Summary {
 	// Heal, bring every node back, and read every key's records from one node once the cluster
 	// serves again.
 	h.healAll()
+	if aw != nil {
+		sum.Alarms = aw.finish(time.Now())
+		for _, p := range sum.Alarms.Problems {
+			cfg.Logf("faults: %s", p)
+		}
+	}
 	for _, key := range keys {
 		final, err := h.finalRecords(clients, key)
 		if err != nil {
@@ -376,12 +388,14 @@ func (h *harness) faults(sum *Summary, r *rand.Rand) {
 		switch kind {
 		case 0, 1:
 			h.cfg.Logf("faults: %v: SIGKILL %s", h.since(), h.procs[i].spec.Name)
+			h.note("kill", i)
 			h.procs[i].kill()
 			sum.Kills++
 			pause(500*time.Millisecond, 4*time.Second)
 			h.launch(h.procs[i])
 		case 2:
 			h.cfg.Logf("faults: %v: SIGKILL every node", h.since())
+			h.note("killall")
 			for _, p := range h.procs {
 				p.kill()
 			}
@@ -392,12 +406,14 @@ func (h *harness) faults(sum *Summary, r *rand.Rand) {
 			}
 		case 3:
 			h.cfg.Logf("faults: %v: SIGSTOP %s for %v", h.since(), h.procs[i].spec.Name, h.cfg.StopFor)
+			h.note("stop", i)
 			h.procs[i].stop()
 			sum.Stops++
 			time.Sleep(h.cfg.StopFor)
 			h.procs[i].cont()
 		case 4:
 			h.cfg.Logf("faults: %v: %s cut off from the others", h.since(), h.procs[i].spec.Name)
+			h.note("isolate", i)
 			h.net.Isolate(i)
 			sum.Partitions++
 			pause(3*time.Second, 8*time.Second)
@@ -405,12 +421,14 @@ func (h *harness) faults(sum *Summary, r *rand.Rand) {
 		case 5:
 			j := (i + 1 + r.IntN(n-1)) % n
 			h.cfg.Logf("faults: %v: %s no longer hears %s (one way)", h.since(), h.procs[j].spec.Name, h.procs[i].spec.Name)
+			h.note("oneway", i, j)
 			h.net.Block(i, j)
 			sum.OneWay++
 			pause(3*time.Second, 8*time.Second)
 			h.net.Heal()
 		case 6:
 			h.cfg.Logf("faults: %v: restart %s", h.since(), h.procs[i].spec.Name)
+			h.note("restart", i)
 			h.procs[i].term()
 			sum.Restarts++
 			h.launch(h.procs[i])
