@@ -50,6 +50,7 @@ type AlarmSummary struct {
 	Failover             Latency // the failover of each alarm whose owner was lost
 	Excess               Latency // each such alarm's excess over its failover
 	Problems             []string
+	Slow                 []string // the owner-lost alarms whose excess is over MaxExcessP99, described
 }
 
 // Latency is a distribution's count, median, 99th percentile and maximum.
@@ -76,11 +77,15 @@ func (l Latency) String() string {
 // MaxExcessP99 is the bound on an owner-lost alarm's excess over its failover (issue 24).
 const MaxExcessP99 = time.Second
 
-// OK reports whether every armed alarm ran, none before its time, and the owner-lost alarms' excess
-// p99 is within MaxExcessP99.
-func (s *AlarmSummary) OK() bool {
-	return s.Armed > 0 && s.Lost == 0 && s.Early == 0 && len(s.Problems) == 0 && s.Excess.P99 <= MaxExcessP99
+// Sound reports whether alarms were armed and every one ran, none before its time, each for the
+// time it was armed for.
+func (s *AlarmSummary) Sound() bool {
+	return s.Armed > 0 && s.Lost == 0 && s.Early == 0 && len(s.Problems) == 0
 }
+
+// OK reports whether the run is Sound and the owner-lost alarms' excess p99 is within
+// MaxExcessP99.
+func (s *AlarmSummary) OK() bool { return s.Sound() && s.Excess.P99 <= MaxExcessP99 }
 
 // String is the summary line.
 func (s *AlarmSummary) String() string {
@@ -214,13 +219,14 @@ func checkAlarms(as []armed, fires map[string][]Fire, events []faultEvent, pings
 		var hit bool
 		var recovered time.Time
 		var fo time.Duration
+		var cause faultEvent
 		for _, ev := range events {
 			if !slices.Contains(ev.Nodes, owner) || ev.At.Before(seen) || !ev.At.Before(first) {
 				continue
 			}
 			d := failoverAfter(pings[a.Shard], ev.At)
 			if end := ev.At.Add(d); !hit || end.After(recovered) {
-				recovered, fo = end, d
+				recovered, fo, cause = end, d, ev
 			}
 			hit = true
 		}
@@ -230,7 +236,14 @@ func checkAlarms(as []armed, fires map[string][]Fire, events []faultEvent, pings
 		}
 		lost = append(lost, late)
 		failovers = append(failovers, fo)
-		excess = append(excess, first.Sub(later(a.Scheduled, recovered)))
+		ex := first.Sub(later(a.Scheduled, recovered))
+		excess = append(excess, ex)
+		if ex > MaxExcessP99 {
+			fire := slices.MinFunc(fs, func(x, y Fire) int { return int(x.Fired - y.Fired) })
+			s.Slow = append(s.Slow, fmt.Sprintf("%s (shard %d, owner %s): due %s; %s of %v at %s, shard served again %v later; ran at %s on %s, %v after both",
+				a.Key, a.Shard, owner, a.Scheduled.Format(time.StampMilli), cause.Kind, cause.Nodes, cause.At.Format(time.StampMilli), fo.Round(time.Millisecond),
+				first.Format(time.StampMilli), fire.Node, ex.Round(time.Millisecond)))
+		}
 	}
 	s.OwnerLost, s.OwnerKept = latencyOf(lost), latencyOf(kept)
 	s.Failover, s.Excess = latencyOf(failovers), latencyOf(excess)

@@ -40,7 +40,8 @@
 // must run within a second (p99) of their shard's failover, the time from the fault to the first
 // call of the shard's probe that began after it and was served (AlarmSummary). A second summary
 // line gives the lateness (p50, p99, max) of the alarms whose owner was lost and of the others, the
-// failovers, and the excess over them.
+// failovers, and the excess over them, and the faults log each alarm over the bound
+// (-faults.alarmbound=false reports the bound without failing the run on it).
 //
 // # Failover, measured by failing
 //

@@ -19,6 +19,7 @@ var (
 	nodes    = flag.Int("faults.nodes", 3, "node processes (3 or 5)")
 	target   = flag.String("faults.target", "engine", "what to put through the faults")
 	alarms   = flag.Int("faults.alarms", 48, "objects whose alarms the runtime target arms during the run (0: none)")
+	bound    = flag.Bool("faults.alarmbound", true, "fail the run if the alarms whose owner was lost run over a second (p99) after their shard's failover")
 )
 
 var targets = []faults.Target{faults.EngineTarget{}, faults.RuntimeTarget{}}
@@ -61,7 +62,7 @@ func TestFaults(t *testing.T) {
 		// S-CL9: every armed alarm runs at least once, never before its time, and after its owner's
 		// loss within a second of its shard's failover (p99).
 		t.Log(sum.Alarms)
-		if !sum.Alarms.OK() {
+		if !sum.Alarms.Sound() || *bound && !sum.Alarms.OK() {
 			t.Errorf("%s", sum.Alarms)
 		}
 	}

@@ -162,7 +162,7 @@ func Run(t testing.TB, cfg Config) *Summary {
 	h.healAll()
 	if aw != nil {
 		sum.Alarms = aw.finish(time.Now())
-		for _, p := range sum.Alarms.Problems {
+		for _, p := range append(sum.Alarms.Problems, sum.Alarms.Slow...) {
 			cfg.Logf("faults: %s", p)
 		}
 	}
