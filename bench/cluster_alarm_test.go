@@ -67,7 +67,7 @@ func benchClusterAlarms(b *testing.B, nodes, objects int) {
 					return err
 				}
 				err = core.Do(context.Background(), s, func(ctx context.Context, t *ticker) error { return t.st.SetAlarm(ctx, start) })
-				if !errors.Is(err, core.ErrNotOwner) && !core.IsRetryable(err) {
+				if !errors.Is(err, core.ErrNotOwner) && !errors.Is(err, core.ErrFenced) && !core.IsRetryable(err) {
 					return err
 				}
 			}
