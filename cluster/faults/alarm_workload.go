@@ -243,6 +243,7 @@ func startAlarms(h *harness, clients []Client, seed uint64) *alarmWorkload {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	w.stop = stop
+	h.t.Cleanup(func() { stop(); w.wg.Wait() }) // a run that fails early stops them too
 	w.wg.Go(func() { w.arm(ctx, rand.New(rand.NewPCG(seed, 1<<32))) })
 	for s, name := range w.probes {
 		w.wg.Go(func() { w.probe(ctx, s, name, rand.New(rand.NewPCG(seed, 1<<33+uint64(s)))) })
