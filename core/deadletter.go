@@ -39,11 +39,15 @@ func (rt *Runtime) logDropped(dl DeadLetter) {
 		"scheduled", dl.Scheduled, "attempts", dl.Attempts, "error", dl.LastError)
 }
 
-// DeadLetters lists the dead-letter table, oldest first.
+// DeadLetters lists the dead-letter table, oldest first. In cluster mode it lists the cluster's dead
+// letters, whichever node gave their alarms up, read from the log (SEMANTICS CL9).
 func (a *Admin) DeadLetters() ([]DeadLetter, error) {
 	rt := a.rt
 	if rt.isClosed.Load() {
 		return nil, ErrClosed
+	}
+	if rt.cluster != nil {
+		return rt.clusterLetters()
 	}
 	ls, err := rt.ix.Letters()
 	out := make([]DeadLetter, len(ls))
@@ -58,9 +62,14 @@ func (a *Admin) DeadLetters() ([]DeadLetter, error) {
 // entry still there (a recurring one) next runs at at; one that is gone comes back as a one-shot
 // entry with its kind and payload. The object's constructor does not run for it if its namespace is not
 // registered (a tool on a directory no server holds): the timer is written to its database, and
-// fires once a runtime registering the namespace opens the directory.
+// fires once a runtime registering the namespace opens the directory. In cluster mode any node re-arms
+// any of the cluster's letters: the timer is armed at the object's owner (through
+// Replication.Calls), and the namespace must be registered on this node.
 func (a *Admin) Rearm(ctx context.Context, seq int64, at time.Time) error {
 	rt := a.rt
+	if rt.cluster != nil {
+		return rt.rearmCluster(ctx, seq, at)
+	}
 	dls, err := a.DeadLetters()
 	if err != nil {
 		return &Error{Op: "rearm", Err: err}
@@ -78,7 +87,26 @@ func (a *Admin) Rearm(ctx context.Context, seq int64, at time.Time) error {
 		return fail(err)
 	}
 	defer rt.leave()
-	arm := func(ctx context.Context, _ any) error {
+	arm := armLetter(dl, at)
+	if n == nil {
+		err = rt.offline(ctx, dl.Namespace, dl.Name, dl.ObjectID, arm)
+	} else {
+		err = viaCaller(ctx, func(ctx context.Context) error {
+			return n.with(dl.Name, dl.ObjectID, placement{}, func(o *object) error { return o.run(ctx, arm) })
+		})
+	}
+	if err == nil {
+		err = rt.ix.RemoveLetter(seq)
+	}
+	if err != nil {
+		return fail(err)
+	}
+	return nil
+}
+
+// armLetter is the turn that arms dl's timer again at at, once per letter (see Rearm).
+func armLetter(dl *DeadLetter, at time.Time) func(context.Context, any) error {
+	return func(ctx context.Context, _ any) error {
 		t := ctx.(*turn)
 		// The object keeps its own copy of the letter and a mark of each re-arm: a letter
 		// re-armed already (written twice by a crash, or re-armed by a Rearm whose removal of
@@ -106,20 +134,6 @@ func (a *Admin) Rearm(ctx context.Context, seq int64, at time.Time) error {
 		}
 		return t.putTimer(row.with(at.UnixNano()))
 	}
-	if n == nil {
-		err = rt.offline(ctx, dl.Namespace, dl.Name, dl.ObjectID, arm)
-	} else {
-		err = viaCaller(ctx, func(ctx context.Context) error {
-			return n.with(dl.Name, dl.ObjectID, placement{}, func(o *object) error { return o.run(ctx, arm) })
-		})
-	}
-	if err == nil {
-		err = rt.ix.RemoveLetter(seq)
-	}
-	if err != nil {
-		return fail(err)
-	}
-	return nil
 }
 
 // letterKey identifies a dropped timer: its owner's path, its key, and when it was first due.
@@ -143,7 +157,12 @@ func (o *object) dropTimer(t *turn, row timerRow, cause error, now time.Time, ma
 	if err := t.setMeta("dead:"+letterKey(dl.Path, dl.Key, row.first), string(b)); err != nil {
 		return err
 	}
-	if dl.Seq, err = o.rt.ix.AddLetter(runindex.Letter(dl)); err != nil {
+	if o.rt.cluster != nil {
+		dl.Seq, err = o.rt.addClusterLetter(t, dl)
+	} else {
+		dl.Seq, err = o.rt.ix.AddLetter(runindex.Letter(dl))
+	}
+	if err != nil {
 		return err
 	}
 	t.emit(effect{fn: func(committed bool) {

@@ -430,6 +430,8 @@ func (ro *router) run(ctx context.Context, w *wireCall) (reply []byte, ran bool)
 		err = fmt.Errorf("%w (%s/%q, across nodes)", ErrDeadlock, w.NS, w.Name)
 	case w.HTTP != nil:
 		hr, err = ro.serveHTTP(ctx, ns, w)
+	case w.Method == rearmMethod:
+		err = ro.rt.rearmHere(ctx, ns, w.Name, w.Arg)
 	default:
 		f, ok := ro.rt.methods.Load(w.NS + "\x00" + w.Method)
 		if !ok {

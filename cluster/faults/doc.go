@@ -57,6 +57,22 @@
 // seed 1, 45 s: outside, 1,461 of 1,528 (95.6%), reads 42.0%. No run lost an acknowledged write,
 // and every history was linearizable.
 //
+// # Alarms through the faults
+//
+// With the runtime target the run also arms alarms (-faults.alarms, 48 by default; 0 for none):
+// one on each of that many objects, spread over the run and over the shards, each due 4 to 12 s
+// after it is armed, through random nodes, while a prober calls one object of each shard every
+// 250 ms. An alarm's run records, in the run's own commit, the time it was set for, the time it ran
+// by the running node's clock, and the node. After the faults the cluster is healed and given a
+// quiet tail (up to 2 minutes past the last alarm's time) for every alarm to run; then every
+// armed alarm must have run at least once and never before its time (the nodes share this
+// machine's clock, so no margin is allowed), and the alarms whose owner a fault hit before they ran
+// must run within a second (p99) of their shard's failover, the time from the fault to the first
+// call of the shard's probe that began after it and was served (AlarmSummary). A second summary
+// line gives the lateness (p50, p99, max) of the alarms whose owner was lost and of the others, the
+// failovers, and the excess over them, and the faults log each alarm over the bound
+// (-faults.alarmbound=false reports the bound without failing the run on it).
+//
 // # Failover, measured by failing
 //
 // RunFailover (the test TestFailover, behind the same tag) measures how long objects go unserved

@@ -20,6 +20,8 @@ var (
 	target   = flag.String("faults.target", "engine", "what to put through the faults")
 	grace    = flag.Duration("faults.grace", faults.DefaultGrace, "how long a fault's window lasts after every node is ready again")
 	avail    = flag.Bool("faults.require-availability", false, "fail if the operations outside fault windows miss the availability targets")
+	alarms   = flag.Int("faults.alarms", 48, "objects whose alarms the runtime target arms during the run (0: none)")
+	bound    = flag.Bool("faults.alarmbound", true, "fail the run if the alarms whose owner was lost run over a second (p99) after their shard's failover")
 )
 
 var targets = []faults.Target{faults.EngineTarget{}, faults.RuntimeTarget{}}
@@ -52,13 +54,25 @@ func TestFaults(t *testing.T) {
 	if tg == nil {
 		t.Fatalf("no target %q", *target)
 	}
-	sum := faults.Run(t, faults.Config{Target: tg, Nodes: *nodes, Duration: *duration, Seed: *seed, Grace: *grace})
+	cfg := faults.Config{Target: tg, Nodes: *nodes, Duration: *duration, Seed: *seed, Grace: *grace}
+	if tg.Name() == "runtime" {
+		cfg.Alarms = *alarms
+	}
+	sum := faults.Run(t, cfg)
 	t.Log(sum)
 	t.Logf("refusals in fault windows, most frequent first:%s", sum.In.TopRefusals(5))
 	t.Logf("refusals outside fault windows, most frequent first:%s", sum.Out.TopRefusals(5))
 	if *avail {
 		for _, m := range sum.Out.Misses() {
 			t.Errorf("availability: %s", m)
+		}
+	}
+	if sum.Alarms != nil {
+		// S-CL9: every armed alarm runs at least once, never before its time, and after its owner's
+		// loss within a second of its shard's failover (p99).
+		t.Log(sum.Alarms)
+		if !sum.Alarms.Sound() || *bound && !sum.Alarms.OK() {
+			t.Errorf("%s", sum.Alarms)
 		}
 	}
 	if !sum.OK() {

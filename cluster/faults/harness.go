@@ -33,6 +33,9 @@ type Config struct {
 	// again (DefaultGrace); the cluster works undisturbed for Grace and 1 to 4 s more between two
 	// faults.
 	Grace time.Duration
+	// Alarms is how many objects the alarm workload arms during the run (runtime target only; 0:
+	// none; alarm_workload.go).
+	Alarms int
 	// CheckTimeout bounds porcupine's search per key (default 2 min).
 	CheckTimeout time.Duration
 	Logf         func(format string, args ...any)
@@ -49,11 +52,12 @@ type proc struct {
 
 // cluster is the harness's set of node processes and the links between them.
 type harness struct {
-	t     testing.TB
-	cfg   Config
-	net   *Net
-	procs []*proc
-	start time.Time
+	t      testing.TB
+	cfg    Config
+	net    *Net
+	procs  []*proc
+	start  time.Time
+	events []faultEvent // the faults, as they began
 }
 
 // Run starts cfg.Nodes node processes of cfg.Target, injects faults from a schedule seeded with
@@ -118,6 +122,7 @@ func Run(t testing.TB, cfg Config) *Summary {
 	for c := range cfg.Clients {
 		wg.Go(func() { w.client(wctx, c, rand.New(rand.NewPCG(cfg.Seed, uint64(c+1)))) })
 	}
+	aw := startAlarms(h, clients, cfg.Seed)
 	h.faults(sum, rand.New(rand.NewPCG(cfg.Seed, 0)))
 	stopClients()
 	wg.Wait()
@@ -126,6 +131,12 @@ func Run(t testing.TB, cfg Config) *Summary {
 	// Heal, bring every node back, and read every key's records from one node once the cluster
 	// serves again.
 	h.healAll()
+	if aw != nil {
+		sum.Alarms = aw.finish(time.Now())
+		for _, p := range append(sum.Alarms.Problems, sum.Alarms.Slow...) {
+			cfg.Logf("faults: %s", p)
+		}
+	}
 	for _, key := range keys {
 		final, err := h.finalRecords(clients, key)
 		if err != nil {
@@ -337,6 +348,7 @@ func (h *harness) faults(sum *Summary, r *rand.Rand) {
 		case 0, 1:
 			w.Fault = "SIGKILL " + h.procs[i].spec.Name
 			h.cfg.Logf("faults: %v: %s", w.Start, w.Fault)
+			h.note("kill", i)
 			h.procs[i].kill()
 			sum.Kills++
 			pause(500*time.Millisecond, 4*time.Second)
@@ -344,6 +356,7 @@ func (h *harness) faults(sum *Summary, r *rand.Rand) {
 		case 2:
 			w.Fault = "SIGKILL every node"
 			h.cfg.Logf("faults: %v: %s", w.Start, w.Fault)
+			h.note("killall")
 			for _, p := range h.procs {
 				p.kill()
 			}
@@ -355,6 +368,7 @@ func (h *harness) faults(sum *Summary, r *rand.Rand) {
 		case 3:
 			w.Fault = fmt.Sprintf("SIGSTOP %s for %v", h.procs[i].spec.Name, h.cfg.StopFor)
 			h.cfg.Logf("faults: %v: %s", w.Start, w.Fault)
+			h.note("stop", i)
 			h.procs[i].stop()
 			sum.Stops++
 			time.Sleep(h.cfg.StopFor)
@@ -362,6 +376,7 @@ func (h *harness) faults(sum *Summary, r *rand.Rand) {
 		case 4:
 			w.Fault = h.procs[i].spec.Name + " cut off from the others"
 			h.cfg.Logf("faults: %v: %s", w.Start, w.Fault)
+			h.note("isolate", i)
 			h.net.Isolate(i)
 			sum.Partitions++
 			pause(3*time.Second, 8*time.Second)
@@ -370,6 +385,7 @@ func (h *harness) faults(sum *Summary, r *rand.Rand) {
 			j := (i + 1 + r.IntN(n-1)) % n
 			w.Fault = fmt.Sprintf("%s no longer hears %s (one way)", h.procs[j].spec.Name, h.procs[i].spec.Name)
 			h.cfg.Logf("faults: %v: %s", w.Start, w.Fault)
+			h.note("oneway", i, j)
 			h.net.Block(i, j)
 			sum.OneWay++
 			pause(3*time.Second, 8*time.Second)
@@ -377,6 +393,7 @@ func (h *harness) faults(sum *Summary, r *rand.Rand) {
 		case 6:
 			w.Fault = "restart " + h.procs[i].spec.Name
 			h.cfg.Logf("faults: %v: %s", w.Start, w.Fault)
+			h.note("restart", i)
 			h.procs[i].term()
 			sum.Restarts++
 			h.launch(h.procs[i])

@@ -211,6 +211,8 @@ type Summary struct {
 	Grace   time.Duration
 	Ran     time.Duration // from the clients' start to their stop
 	In, Out OpStats
+
+	Alarms *AlarmSummary // the alarm workload's findings; nil without Config.Alarms
 }
 
 // OK reports whether every key passed every checker.

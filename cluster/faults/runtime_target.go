@@ -99,6 +99,12 @@ func (RuntimeTarget) RunNode(ctx context.Context, spec NodeSpec) error {
 		rt.Close()
 		return err
 	}
+	alarms, err := AlarmHandler(rt, spec.Name)
+	if err != nil {
+		rt.Close()
+		return err
+	}
+	h = withAlarms(alarms, h)
 	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", spec.ServePort))
 	if err != nil {
 		rt.Close()

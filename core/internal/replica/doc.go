@@ -4,7 +4,8 @@
 // a dead node's shards by rendezvous hashing, readiness, drain; handover.go: a shard that belongs to
 // another node handed over to it, so that placement converges), the shards' alarm indexes
 // (alarms.go: written before a commit that sets an alarm, listed into the runtime's scheduler when
-// a shard is taken, a shard with pending alarms kept or adopted), and for each resident object an
+// a shard is taken, a shard with pending alarms kept or adopted), the cluster's dead letters (letters.go: one list
+// in the log, appended to by any node), and for each resident object an
 // Object (object.go) that claims it for a turn (its shard's lease held, local file brought to the
 // log's head, epoch record appended), writes its position before a commit, ships the commit's
 // pages to its log after it, snapshots and trims the log, and discards the local file when a
