@@ -71,12 +71,19 @@ func (c *jsCluster) kill(i int) {
 // jsRuntime is a runtime in cluster mode on one node's JetStream: the engine on a connection to
 // that node only, so that when the node goes, the runtime is cut off with it.
 type jsRuntime struct {
-	rt *core.Runtime
-	nc *nats.Conn
+	rt  *core.Runtime
+	nc  *nats.Conn
+	eng *cluster.Engine
 }
 
 // runtime opens a runtime named after node i over it, R3, with the lease time ttl (0: the default).
 func (c *jsCluster) runtime(b *testing.B, i int, ttl time.Duration, edit ...func(*core.Options)) *jsRuntime {
+	b.Helper()
+	return c.runtimeOn(b, i, cluster.Config{Replicas: 3, Shards: 4, Prefix: "bench"}, ttl, edit...)
+}
+
+// runtimeOn is runtime over an engine configured as cfg.
+func (c *jsCluster) runtimeOn(b *testing.B, i int, cfg cluster.Config, ttl time.Duration, edit ...func(*core.Options)) *jsRuntime {
 	b.Helper()
 	nc, err := cluster.Connect([]string{fmt.Sprintf("nats://127.0.0.1:%d", c.cfgs[i].Port)})
 	if err != nil {
@@ -84,7 +91,7 @@ func (c *jsCluster) runtime(b *testing.B, i int, ttl time.Duration, edit ...func
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	eng, err := cluster.New(ctx, nc, cluster.Config{Replicas: 3, Shards: 4, Prefix: "bench"})
+	eng, err := cluster.New(ctx, nc, cfg)
 	if err != nil {
 		nc.Close()
 		b.Fatal(err)
@@ -99,7 +106,7 @@ func (c *jsCluster) runtime(b *testing.B, i int, ttl time.Duration, edit ...func
 		nc.Close()
 		b.Fatal(err)
 	}
-	n := &jsRuntime{rt: rt, nc: nc}
+	n := &jsRuntime{rt: rt, nc: nc, eng: eng}
 	b.Cleanup(n.close)
 	return n
 }
