@@ -11,7 +11,6 @@ import (
 	"os"
 
 	"github.com/durable-go/durable/core/internal/sqlstore"
-	"github.com/durable-go/durable/core/internal/walship"
 	"github.com/durable-go/durable/internal/logrecord"
 	"github.com/durable-go/durable/replog"
 )
@@ -39,8 +38,7 @@ func (x *Object) snapshot(st *sqlstore.DB) error {
 	if err := st.ExecOwn("PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
 		return err
 	}
-	var err error
-	if x.cursor, err = walship.NewCursor(x.path + "-wal"); err != nil {
+	if err := x.follow(); err != nil {
 		return err
 	}
 	f, err := os.Open(x.path) // streamed: a large database is not read into memory
