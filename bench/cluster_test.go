@@ -71,12 +71,19 @@ func (c *jsCluster) kill(i int) {
 // jsRuntime is a runtime in cluster mode on one node's JetStream: the engine on a connection to
 // that node only, so that when the node goes, the runtime is cut off with it.
 type jsRuntime struct {
-	rt *core.Runtime
-	nc *nats.Conn
+	rt  *core.Runtime
+	nc  *nats.Conn
+	eng *cluster.Engine
 }
 
 // runtime opens a runtime named after node i over it, R3, with the lease time ttl (0: the default).
 func (c *jsCluster) runtime(b *testing.B, i int, ttl time.Duration, edit ...func(*core.Options)) *jsRuntime {
+	b.Helper()
+	return c.runtimeOn(b, i, cluster.Config{Replicas: 3, Shards: 4, Prefix: "bench"}, ttl, edit...)
+}
+
+// runtimeOn is runtime over an engine configured as cfg.
+func (c *jsCluster) runtimeOn(b *testing.B, i int, cfg cluster.Config, ttl time.Duration, edit ...func(*core.Options)) *jsRuntime {
 	b.Helper()
 	nc, err := cluster.Connect([]string{fmt.Sprintf("nats://127.0.0.1:%d", c.cfgs[i].Port)})
 	if err != nil {
@@ -84,7 +91,7 @@ func (c *jsCluster) runtime(b *testing.B, i int, ttl time.Duration, edit ...func
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	eng, err := cluster.New(ctx, nc, cluster.Config{Replicas: 3, Shards: 4, Prefix: "bench"})
+	eng, err := cluster.New(ctx, nc, cfg)
 	if err != nil {
 		nc.Close()
 		b.Fatal(err)
@@ -99,7 +106,7 @@ func (c *jsCluster) runtime(b *testing.B, i int, ttl time.Duration, edit ...func
 		nc.Close()
 		b.Fatal(err)
 	}
-	n := &jsRuntime{rt: rt, nc: nc}
+	n := &jsRuntime{rt: rt, nc: nc, eng: eng}
 	b.Cleanup(n.close)
 	return n
 }
@@ -115,13 +122,13 @@ func (n *jsRuntime) close() {
 
 // BenchmarkClusterWrite is the durable write (a counter increment, BenchmarkReplicaCommit's
 // counter) of the single-process runtime (impl=single: SQLite with synchronous FULL) and of a
-// runtime in cluster mode (impl=cluster: the same, and each commit a record appended to a
-// 3-replica JetStream stream, fsync always, on 3 embedded nodes in this process on loopback, the
-// runtime on one of them), in the same run: to one object from 1, 16 and 64 callers (group commit:
+// runtime in cluster mode (impl=cluster: the same, SQLite kept at FULL, and each commit a record
+// appended to a 3-replica JetStream stream, fsync always, on 3 embedded nodes in this process on
+// loopback, the runtime on one of them), in the same run: to one object from 1, 16 and 64 callers (group commit:
 // one record serves a batch), and spread over 1,000 objects by 64 callers (one record per commit).
-// impl=cluster-normal is cluster mode with the local SQLite at synchronous NORMAL (a runtime on
-// another node): the log holds every acknowledged commit, so the local file need not fsync it
-// (SEMANTICS CL6).
+// impl=cluster-normal is cluster mode with the local SQLite at synchronous NORMAL, cluster mode's
+// default (a runtime on another node): the log holds every acknowledged commit, so the local file
+// need not fsync it (SEMANTICS CL6).
 func BenchmarkClusterWrite(b *testing.B) {
 	js := startJS(b, 3)
 	single, err := core.Open(core.Options{Dir: b.TempDir(), Logger: slog.New(slog.DiscardHandler), IdleTimeout: time.Hour})
@@ -129,7 +136,7 @@ func BenchmarkClusterWrite(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { single.Close() })
-	clustered := js.runtime(b, 0, 0)
+	clustered := js.runtime(b, 0, 0, func(o *core.Options) { o.Synchronous = "FULL" })
 	normal := js.runtime(b, 1, 0, func(o *core.Options) { o.Synchronous = "NORMAL" })
 	impls := []struct {
 		name string

@@ -91,13 +91,23 @@
 //     -benchtime 10x, about 2 minutes on 2 cores, never a time-based one.
 //     ClusterWrite takes about 3 minutes (go test -run '^$' -bench ClusterWrite
 //     ./bench; then -bench ClusterFailover -benchtime 10x -timeout 10m).
+//     BenchmarkClusterAppend (appends_test.go) is the engine's limit beside a
+//     cluster write in the same run: raw JetStream appends to a 3-replica
+//     stream, each expecting its subject's last sequence (impl=raw), and the
+//     durable counter increment of a runtime in cluster mode with its
+//     default settings (impl=cluster), from 1 caller to one subject (one
+//     object) and from 16 callers over 16 subjects (16 objects, each in a
+//     shard of its own); divide the two calls/s (go test -run '^$' -bench
+//     ClusterAppend ./bench, under a minute).
 //     BenchmarkRoutedCall (route_test.go) is a method (core.Define) called at
 //     the object's owner (impl=local) and at another node, which sends it to
 //     the owner (impl=routed), in the same run: a read and a durable write
 //     (op=read, op=write), from 1, 16 and 64 callers, over the in-memory
 //     engine (transport=mem) and over NATS (transport=nats: the two runtimes
-//     on different nodes of the 3, so the hop crosses a route); about a
-//     minute (go test -run '^$' -bench RoutedCall ./bench).
+//     on different nodes of the 3, so the hop crosses a route, and op=read's
+//     impl=bare, a bare NATS request-reply between the same connections: the
+//     floor a routed read cannot go under); about a minute (go test -run
+//     '^$' -bench RoutedCall ./bench).
 //     BenchmarkClusterAlarmFire (cluster_alarm_test.go) is the rate at which
 //     alarms fire in cluster mode, 256 objects each re-arming its alarm for
 //     now in its run (one storage write, one commit), run by 1 node and by

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/durable-go/durable/core"
 	"github.com/durable-go/durable/replog"
 	"github.com/durable-go/durable/replog/replogtest"
@@ -19,6 +21,7 @@ import (
 type routedNode struct {
 	ns          *core.Namespace[*core.State]
 	read, write func(ctx context.Context, s *core.Stub[*core.State], _ struct{}) (int64, error)
+	bare        func(ctx context.Context) error // a bare request-reply to this node, if the transport has one
 }
 
 func newRoutedNode(b *testing.B, rt *core.Runtime) *routedNode {
@@ -76,8 +79,9 @@ func (l *latencies) report(b *testing.B) {
 // the same run, for a read (op=read: one SELECT) and a durable write (op=write: the counter
 // increment), from 1, 16 and 64 callers, over the in-memory engine (transport=mem: the hop is a
 // goroutine) and over NATS (transport=nats: 3 embedded JetStream nodes on loopback, 3 replicas,
-// the two runtimes on different nodes: the hop crosses a route). p50-us and p99-us are over the
-// last 65,536 calls.
+// the two runtimes on different nodes: the hop crosses a route). Over NATS, op=read's impl=bare is the
+// floor: a bare request-reply between the two runtimes' connections, answered at once by the
+// subscription's callback. p50-us and p99-us are over the last 65,536 calls.
 func BenchmarkRoutedCall(b *testing.B) {
 	b.Run("transport=mem", func(b *testing.B) {
 		c := replogtest.NewMemCluster()
@@ -96,11 +100,30 @@ func BenchmarkRoutedCall(b *testing.B) {
 	b.Run("transport=nats", func(b *testing.B) {
 		js := startJS(b, 3)
 		withCalls := func(o *core.Options) { o.Replication.Calls = o.Replication.Log.(replog.Calls) }
-		owner := newRoutedNode(b, js.runtime(b, 0, 0, withCalls).rt)
-		caller := newRoutedNode(b, js.runtime(b, 1, 0, withCalls).rt)
+		on0, on1 := js.runtime(b, 0, 0, withCalls), js.runtime(b, 1, 0, withCalls)
+		owner, caller := newRoutedNode(b, on0.rt), newRoutedNode(b, on1.rt)
+		// The floor: a bare NATS request-reply between the same two connections, answered at once.
+		sub, err := on0.nc.Subscribe("bench.bare", func(m *nats.Msg) { _ = m.Respond(bareReply) })
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { sub.Unsubscribe() })
+		if err := on0.nc.Flush(); err != nil {
+			b.Fatal(err)
+		}
+		owner.bare = func(ctx context.Context) error {
+			_, err := on1.nc.RequestWithContext(ctx, "bench.bare", bareRequest)
+			return err
+		}
 		routedCalls(b, owner, caller)
 	})
 }
+
+// bareRequest and bareReply are about the size of a routed read's request and reply.
+var (
+	bareRequest = make([]byte, 120)
+	bareReply   = []byte("r42")
+)
 
 // routedCalls runs the sub-benchmarks: owner takes the object first, caller then reaches it
 // through owner.
@@ -129,7 +152,7 @@ func routedCalls(b *testing.B, owner, caller *routedNode) {
 	}
 	for _, op := range []string{"read", "write"} {
 		for _, callers := range []int{1, 16, 64} {
-			for _, impl := range []string{"local", "routed"} {
+			for _, impl := range []string{"local", "routed", "bare"} {
 				n := owner
 				if impl == "routed" {
 					n = caller
@@ -138,11 +161,18 @@ func routedCalls(b *testing.B, owner, caller *routedNode) {
 				if op == "write" {
 					fn = n.write
 				}
+				call := func(ctx context.Context) error { _, err := fn(ctx, s, struct{}{}); return err }
+				if impl == "bare" {
+					if op != "read" || owner.bare == nil {
+						continue
+					}
+					call = owner.bare
+				}
 				b.Run(fmt.Sprintf("op=%s/callers=%d/impl=%s", op, callers, impl), func(b *testing.B) {
 					var lat latencies
 					runCallers(b, callers, "calls/s", func(ctx context.Context) error {
 						start := time.Now()
-						_, err := fn(ctx, s, struct{}{})
+						err := call(ctx)
 						lat.add(time.Since(start))
 						return err
 					})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -37,41 +38,30 @@ func (e *Engine) callSubject(node string) (string, error) {
 // subject and headers.
 func (e *Engine) MaxCallBytes() int { return int(e.nc.MaxPayload()) - callRoom }
 
-// Serve implements replog.Calls. Each request is handled on a goroutine of its own; stop
-// unsubscribes, cancels the handlers' context and waits for them.
+// Serve implements replog.Calls. Requests run on goroutines that are used again (see callWorkers);
+// stop unsubscribes, cancels the handlers' context and waits for them.
 func (e *Engine) Serve(node string, handle func(ctx context.Context, req []byte) []byte) (func(), error) {
 	subj, err := e.callSubject(node)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	var (
-		mu       sync.Mutex // guards stopped and the Add of running
-		stopped  bool
-		running  sync.WaitGroup
-		maxBytes = e.MaxCallBytes()
-	)
-	sub, err := e.nc.Subscribe(subj, func(m *nats.Msg) {
-		mu.Lock()
-		if stopped {
-			mu.Unlock()
-			return
+	maxBytes := e.MaxCallBytes()
+	w := &callWorkers{ch: make(chan *nats.Msg, callBacklog), ctx: ctx, handle: func(m *nats.Msg) {
+		reply := handle(ctx, m.Data)
+		out := &nats.Msg{Subject: m.Reply, Data: reply}
+		if len(reply) > maxBytes {
+			out.Data, out.Header = nil, nats.Header{}
+			out.Header.Set(callHeader, fmt.Sprintf("a reply of %d bytes: at most %d", len(reply), maxBytes))
 		}
-		running.Add(1)
-		mu.Unlock()
-		go func() {
-			defer running.Done()
-			reply := handle(ctx, m.Data)
-			out := &nats.Msg{Subject: m.Reply, Data: reply}
-			if len(reply) > maxBytes {
-				out.Data, out.Header = nil, nats.Header{}
-				out.Header.Set(callHeader, fmt.Sprintf("a reply of %d bytes: at most %d", len(reply), maxBytes))
-			}
-			_ = m.RespondMsg(out) // a reply that cannot be sent is one that did not come
-		}()
-	})
+		_ = m.RespondMsg(out) // a reply that cannot be sent is one that did not come
+	}}
+	w.mu.Lock()
+	w.start()
+	w.mu.Unlock()
+	sub, err := e.nc.ChanSubscribe(subj, w.ch)
 	if err != nil {
-		cancel()
+		w.stop(cancel)
 		return nil, fmt.Errorf("cluster: serve calls: %w", err)
 	}
 	// The server knows of the subscription once the flush returns.
@@ -81,13 +71,87 @@ func (e *Engine) Serve(node string, handle func(ctx context.Context, req []byte)
 		once.Do(func() {
 			_ = sub.Unsubscribe()
 			_ = e.nc.FlushTimeout(e.cfg.AttemptTimeout) // the server forgets the subscription
-			mu.Lock()
-			stopped = true
-			mu.Unlock()
-			cancel()
 		})
-		running.Wait()
+		w.stop(cancel)
 	}, nil
+}
+
+// callBacklog is how many requests a node holds that no worker has taken yet; a request past it is
+// dropped (the caller hears no reply, and asks again). Workers take requests as they come, so it
+// fills only if goroutines cannot be started as fast as requests arrive.
+const callBacklog = 1 << 16
+
+// callIdle is how long a worker waits for a request before it exits, unless it is the only one
+// waiting.
+const callIdle = 10 * time.Second
+
+// callWorkers runs a node's requests, each on a goroutine of its own, taken from the connection's
+// delivery at once (a subscription with a channel: no goroutine between the connection's reader
+// and the worker). A worker that takes a request starts another if none is left waiting, so a
+// request never waits behind a running one (a call from A to B that calls A back needs a second
+// worker on A); a worker that finishes waits for the next request, so that a busy node reuses
+// goroutines whose stacks have grown (a turn's SQLite calls need deep ones) instead of growing a
+// new one for each request.
+type callWorkers struct {
+	ch     chan *nats.Msg
+	ctx    context.Context // canceled by stop: the workers exit, and the handlers' calls end
+	handle func(*nats.Msg)
+
+	mu      sync.Mutex // guards idle, stopped and the Add of running
+	idle    int        // workers waiting for a request, or starting
+	stopped bool
+	running sync.WaitGroup
+}
+
+// start starts a worker, unless stop was called; w.mu is held.
+func (w *callWorkers) start() {
+	if w.stopped {
+		return
+	}
+	w.idle++
+	w.running.Add(1)
+	go w.work()
+}
+
+func (w *callWorkers) work() {
+	defer w.running.Done()
+	t := time.NewTimer(callIdle)
+	defer t.Stop()
+	for {
+		select {
+		case m := <-w.ch:
+			w.mu.Lock()
+			if w.idle--; w.idle == 0 {
+				w.start() // one waits for the next request while this one runs
+			}
+			w.mu.Unlock()
+			w.handle(m)
+			w.mu.Lock()
+			w.idle++
+			w.mu.Unlock()
+		case <-t.C:
+			w.mu.Lock()
+			if w.idle > 1 {
+				w.idle--
+				w.mu.Unlock()
+				return
+			}
+			w.mu.Unlock()
+		case <-w.ctx.Done():
+			return
+		}
+		t.Reset(callIdle)
+	}
+}
+
+// stop stops the workers (cancel cancels their context) and waits for them. Requests no worker
+// took are dropped: their callers hear no reply.
+func (w *callWorkers) stop(cancel context.CancelFunc) {
+	w.mu.Lock()
+	w.stopped = true
+	w.mu.Unlock()
+	cancel()
+	w.running.Wait()
 }
 
 // Send implements replog.Calls: a NATS request on the node's subject. No responders (nobody

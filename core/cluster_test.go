@@ -479,14 +479,13 @@ func TestClusterFileAheadDiscarded(t *testing.T) {
 	})
 }
 
-// S-CL6: with the local SQLite at synchronous NORMAL, a node whose disk lost its last commits (a
-// power loss: the file as it was before them) still serves every acknowledged write: the log holds
-// them, and the file is caught up from it.
+// S-CL6: with the local SQLite at synchronous NORMAL (cluster mode's default), a node whose disk
+// lost its last commits (a power loss: the file as it was before them) still serves every
+// acknowledged write: the log holds them, and the file is caught up from it.
 func TestClusterNormalLocalDiskLosesTail(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := replogtest.NewMemCluster()
-		normal := func(o *core.Options) { o.Synchronous = "NORMAL" }
-		n1 := openNode(t, c, "n1", normal)
+		n1 := openNode(t, c, "n1")
 		for i := range 2 {
 			require.NoError(t, n1.put("acct", "k"+strconv.Itoa(i), "v"+strconv.Itoa(i)))
 		}
@@ -498,7 +497,7 @@ func TestClusterNormalLocalDiskLosesTail(t *testing.T) {
 		n1.view.CutLog(true) // the machine is gone: no drain
 		n1.view.CutLeases(true)
 
-		n1b := openNode(t, c, "n1", normal, func(o *core.Options) { o.Dir = disk }) // it restarts on that disk
+		n1b := openNode(t, c, "n1", func(o *core.Options) { o.Dir = disk }) // it restarts on that disk
 		defer n1b.rt.Close()
 		_, err := n1b.get("acct", "k0")
 		require.ErrorIs(t, err, core.ErrNotOwner, "its own old lease, until seen unrenewed for LeaseTTL")

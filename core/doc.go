@@ -35,8 +35,9 @@
 //     nothing partial in storage or output. A panic (a *PanicError for the caller) or a
 //     runtime.Goexit also drops the instance: the constructor rebuilds it for the next event.
 //   - Output gate. A result leaves only once the commit holding the turn's writes (and any writes
-//     it read) is durable: WAL, synchronous=FULL by default. Queued turns share one transaction and
-//     one fsync (group commit); an idle object commits at once.
+//     it read) is durable: WAL, synchronous=FULL by default (in cluster mode, once the log holds
+//     it, and NORMAL locally). Queued turns share one transaction and one fsync (group commit); an
+//     idle object commits at once.
 //   - Alarms are delivered at least once: a timer stays stored until its run's last segment
 //     commits (see Alarmer, RetryPolicy). One out of retries, or whose constructor keeps failing,
 //     goes to a dead-letter table (Admin.DeadLetters), never vanishes.

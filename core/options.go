@@ -38,10 +38,12 @@ type Options struct {
 	// MaxBatch bounds the turns that share one group commit (default 1024).
 	MaxBatch int
 
-	// Synchronous is SQLite's synchronous setting for object databases: "FULL" (default: a commit
-	// survives power loss) or "NORMAL" (it survives a crash of the process, perhaps not of the
-	// machine). In cluster mode (Replication) NORMAL loses no acknowledged commit either: the log
-	// holds them all, and a local file that lost its last commits is caught up from it.
+	// Synchronous is SQLite's synchronous setting for object databases: "FULL" (a commit survives
+	// power loss; the default of the single-process runtime) or "NORMAL" (it survives a crash of
+	// the process, perhaps not of the machine; the default in cluster mode). In cluster mode
+	// (Replication) NORMAL loses no acknowledged commit: a commit is acknowledged only once the
+	// log holds it, and a local file that lost its last commits is caught up from the log (SEMANTICS
+	// CL6), so the local fsync of each commit buys nothing there.
 	Synchronous string
 
 	// Logger receives the runtime's structured records: what it decides on its own (evictions at
@@ -107,9 +109,12 @@ func (o *Options) withDefaults() error {
 	orDefault(&o.AlarmConcurrency, 64)
 	orDefault(&o.WebSocketSendQueue, 256)
 	orDefault(&o.WebSocketMaxMessage, 1<<20)
-	if o.Synchronous == "" {
+	switch {
+	case o.Synchronous == "" && o.Replication != nil:
+		o.Synchronous = "NORMAL" // the log is what makes a commit durable (CL6)
+	case o.Synchronous == "":
 		o.Synchronous = "FULL"
-	} else if o.Synchronous != "FULL" && o.Synchronous != "NORMAL" {
+	case o.Synchronous != "FULL" && o.Synchronous != "NORMAL":
 		return fmt.Errorf("core: Options.Synchronous must be FULL or NORMAL, not %q", o.Synchronous)
 	}
 	if o.Logger == nil {

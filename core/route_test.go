@@ -104,8 +104,12 @@ type recordingCalls struct {
 }
 
 func (r *recordingCalls) Send(ctx context.Context, node string, req []byte) ([]byte, error) {
-	id := req[strings.Index(string(req), `"id":"`)+6:]
-	id = id[:strings.IndexByte(string(id), '"')]
+	// The request id is the call's first field, after its version byte: its length (one byte, for
+	// the 32 hex digits of an id) and its bytes.
+	var id []byte
+	if len(req) > 2 && len(req) >= 2+int(req[1]) {
+		id = req[2 : 2+int(req[1])]
+	}
 	r.mu.Lock()
 	r.sent = append(r.sent, node+" "+string(id))
 	r.mu.Unlock()

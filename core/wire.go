@@ -1,11 +1,12 @@
 package core
 
 import (
-	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 )
 
 // What crosses the wire between nodes: a call (a method's, or a relayed HTTP request), its reply,
@@ -13,23 +14,26 @@ import (
 
 // wireCall is a call as sent between nodes.
 type wireCall struct {
-	ID      string    `json:"id"`
-	From    string    `json:"from"`
-	NS      string    `json:"ns"`
-	Name    string    `json:"name"`
-	Method  string    `json:"method,omitempty"`
-	Arg     []byte    `json:"-"`                 // after the header (encodeCall)
-	Chain   []string  `json:"chain,omitempty"`   // objects whose gates stay closed for the call
-	Timeout int64     `json:"timeout,omitempty"` // what was left of the caller's deadline, in ns
-	HTTP    *wireHTTP `json:"http,omitempty"`
-	WS      *wireWS   `json:"ws,omitempty"` // a WebSocket's traffic between its edge and its owner
+	ID      string
+	From    string
+	NS      string
+	Name    string
+	Method  string
+	Arg     []byte    // the argument's JSON, as the method encoded it
+	Chain   []string  // objects whose gates stay closed for the call
+	Timeout int64     // what was left of the caller's deadline, in ns; 0 for none
+	HTTP    *wireHTTP // a relayed HTTP request instead of a method, in JSON on the wire
+	WS      *wireWS   // a WebSocket's traffic between its edge and its owner, in JSON on the wire
 }
 
-// A call on the wire is its header (wireCall in JSON, without the argument), a newline, and the
-// argument's JSON as the method encoded it: JSON holds no raw newline, and the argument is not
-// parsed twice. A reply is one byte that says what follows, and it: the result's JSON
-// (replyResult), a wireErr (replyError) or a wireHTTPReply (replyHTTP) in JSON.
+// A call on the wire is a version byte, its fields in binary (each string its length as a uvarint
+// and its bytes; the chain its length and its strings; the timeout a uvarint; the relayed request's
+// JSON and the WebSocket traffic's JSON as strings, empty for none), then the argument's JSON as the method encoded it, to the end:
+// the argument is not copied or parsed twice, and the header costs no JSON. A reply is one byte
+// that says what follows, and it: the result's JSON (replyResult), a wireErr (replyError) or a
+// wireHTTPReply (replyHTTP) in JSON.
 const (
+	callVersion = 1
 	replyResult = 'r'
 	replyError  = 'e'
 	replyHTTP   = 'h'
@@ -37,28 +41,120 @@ const (
 
 // encodeCall encodes w, with its argument.
 func encodeCall(w *wireCall) ([]byte, error) {
-	h, err := json.Marshal(w)
-	if err != nil {
-		return nil, err
+	var h, ws []byte
+	var err error
+	if w.HTTP != nil {
+		if h, err = json.Marshal(w.HTTP); err != nil {
+			return nil, err
+		}
 	}
-	b := make([]byte, 0, len(h)+1+len(w.Arg))
-	b = append(append(append(b, h...), '\n'), w.Arg...)
-	return b, nil
+	if w.WS != nil {
+		if ws, err = json.Marshal(w.WS); err != nil {
+			return nil, err
+		}
+	}
+	n := 1 + 8*binary.MaxVarintLen64 + len(w.ID) + len(w.From) + len(w.NS) + len(w.Name) + len(w.Method) + len(h) + len(ws) + len(w.Arg)
+	for _, c := range w.Chain {
+		n += binary.MaxVarintLen64 + len(c)
+	}
+	b := make([]byte, 0, n+binary.MaxVarintLen64)
+	b = append(b, callVersion)
+	for _, f := range [...]string{w.ID, w.From, w.NS, w.Name, w.Method} {
+		b = appendString(b, f)
+	}
+	b = binary.AppendUvarint(b, uint64(len(w.Chain)))
+	for _, c := range w.Chain {
+		b = appendString(b, c)
+	}
+	b = binary.AppendUvarint(b, uint64(max(w.Timeout, 0)))
+	b = binary.AppendUvarint(b, uint64(len(h)))
+	b = append(b, h...)
+	b = binary.AppendUvarint(b, uint64(len(ws)))
+	b = append(b, ws...)
+	return append(b, w.Arg...), nil
 }
 
-// decodeCall decodes a call encodeCall encoded.
+func appendString(b []byte, s string) []byte {
+	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
+}
+
+// decodeCall decodes a call encodeCall encoded; bytes that are not one are an error.
 func decodeCall(b []byte) (*wireCall, error) {
-	i := bytes.IndexByte(b, '\n')
-	if i < 0 {
-		return nil, errors.New("core: a call without its header's end")
+	if len(b) == 0 || b[0] != callVersion {
+		return nil, errors.New("core: a call of an unknown version")
 	}
-	w := &wireCall{}
-	if err := json.Unmarshal(b[:i], w); err != nil {
-		return nil, err
+	r := wireReader{b: b[1:]}
+	w := &wireCall{ID: r.string(), From: r.string(), NS: r.string(), Name: r.string(), Method: r.string()}
+	if n := r.uvarint(); n > 0 && r.err == nil {
+		if n > uint64(len(r.b)) { // each string takes a byte at least
+			return nil, errors.New("core: a call with a chain longer than itself")
+		}
+		w.Chain = make([]string, 0, n)
+		for range n {
+			w.Chain = append(w.Chain, r.string())
+		}
 	}
-	w.Arg = b[i+1:]
+	t := r.uvarint()
+	if t > math.MaxInt64 {
+		r.fail()
+	}
+	w.Timeout = int64(t)
+	h, ws := r.bytes(), r.bytes()
+	if r.err != nil {
+		return nil, r.err
+	}
+	if len(h) > 0 {
+		w.HTTP = &wireHTTP{}
+		if err := json.Unmarshal(h, w.HTTP); err != nil {
+			return nil, fmt.Errorf("core: a call's relayed request: %w", err)
+		}
+	}
+	if len(ws) > 0 {
+		w.WS = &wireWS{}
+		if err := json.Unmarshal(ws, w.WS); err != nil {
+			return nil, fmt.Errorf("core: a call's WebSocket traffic: %w", err)
+		}
+	}
+	w.Arg = r.b
 	return w, nil
 }
+
+// wireReader reads a call's fields; its first error sticks, and every read after it returns zero.
+type wireReader struct {
+	b   []byte
+	err error
+}
+
+func (r *wireReader) fail() { r.err, r.b = errors.New("core: a call cut short or malformed"), nil }
+
+func (r *wireReader) uvarint() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.fail()
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *wireReader) bytes() []byte {
+	n := r.uvarint()
+	if r.err != nil {
+		return nil
+	}
+	if n > uint64(len(r.b)) {
+		r.fail()
+		return nil
+	}
+	v := r.b[:n:n]
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *wireReader) string() string { return string(r.bytes()) }
 
 // encodeReply encodes a reply: an error if we is set, else a relayed response if hr is, else a
 // result.

@@ -277,13 +277,28 @@ func (x *Object) adopt(h Host, st *sqlstore.DB) error {
 // Opened is told that the object's database was opened: the cursor starts at the log's end. A new
 // file (from the template) holds pages no record has: the next commit ships it whole.
 func (x *Object) Opened(fresh bool) error {
+	if err := x.follow(); err != nil {
+		return err
+	}
+	x.shipFull = x.shipFull || fresh
+	return nil
+}
+
+// follow places a new cursor at the end of the local file's write-ahead log, closing the one before.
+func (x *Object) follow() error {
+	x.unfollow()
 	c, err := walship.NewCursor(x.path + "-wal")
 	if err != nil {
 		return err
 	}
 	x.cursor = c
-	x.shipFull = x.shipFull || fresh
 	return nil
+}
+
+// unfollow closes the cursor, if there is one: the database it followed was closed or discarded.
+func (x *Object) unfollow() {
+	x.cursor.Close()
+	x.cursor = nil
 }
 
 // Servable refuses storage to a turn that goes on after its object was discarded (fenced, or its
@@ -335,7 +350,7 @@ func (x *Object) Ship(st *sqlstore.DB, dirty bool) error {
 	if x.shipFull {
 		if err = st.ExecOwn("PRAGMA wal_checkpoint(TRUNCATE)"); err == nil {
 			if c, err = walship.Image(x.path); err == nil {
-				x.cursor, err = walship.NewCursor(x.path + "-wal")
+				err = x.follow()
 			}
 		}
 	} else {
@@ -447,7 +462,8 @@ func (x *Object) landedAfter(expect uint64, rec []byte) (seq uint64, in bool, er
 func (x *Object) Failed(h Host, cause error) {
 	removeLocal(x.path)
 	h.Replaced()
-	x.gen, x.cursor, x.drops = 0, nil, nil
+	x.gen, x.drops = 0, nil
+	x.unfollow()
 	if errors.Is(cause, ErrFenced) && x.lease != nil {
 		x.log.mu.Lock()
 		if x.log.open == x.lease {
@@ -469,6 +485,7 @@ func (x *Object) Failed(h Host, cause error) {
 // evicted): the shard's last resident object hands the lease back, and another node may take the
 // shard at once. The Object is not used again.
 func (x *Object) Release() error {
+	x.unfollow() // the database is closed
 	if x.log != nil {
 		x.n.detach(x.key, x.log)
 		x.log = &logState{} // a stale turn of a dropped Object appends nothing through the shared one

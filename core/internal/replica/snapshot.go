@@ -13,7 +13,6 @@ import (
 	"slices"
 
 	"github.com/durable-go/durable/core/internal/sqlstore"
-	"github.com/durable-go/durable/core/internal/walship"
 	"github.com/durable-go/durable/internal/logrecord"
 	"github.com/durable-go/durable/replog"
 )
@@ -124,8 +123,7 @@ func (x *Object) snapshotFile(ctx context.Context, st *sqlstore.DB) ([]dbSnapsho
 	if err := st.ExecOwn("PRAGMA wal_checkpoint(TRUNCATE)"); err != nil {
 		return nil, err
 	}
-	var err error
-	if x.cursor, err = walship.NewCursor(x.path + "-wal"); err != nil {
+	if err := x.follow(); err != nil {
 		return nil, err
 	}
 	info, err := x.putBlob(ctx, x.path)

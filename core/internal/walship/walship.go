@@ -47,14 +47,20 @@ type Page struct {
 func (c *Commit) Bytes() int { return len(c.Pages) * c.PageSize }
 
 // Cursor follows a database's write-ahead log: Next returns what the commits appended since the
-// cursor's position. It reads the file only; the caller makes sure no commit runs meanwhile.
+// cursor's position. It reads the file only; the caller makes sure no commit runs meanwhile. It
+// keeps the log open between calls (a commit then costs two reads when nothing was written, not an
+// open and a close), so it must not outlive the database connection whose log it follows: SQLite
+// removes the log when that connection closes, and a new connection's log is another file. Close
+// lets the file go.
 type Cursor struct {
 	path         string
+	f            *os.File // the log, open once it exists
 	salt1, salt2 uint32
 	off          int64     // end of the last complete commit read
 	sum          [2]uint32 // the running checksum at off
 	order        binary.ByteOrder
 	pageSize     int
+	frame        []byte // a frame's buffer, kept for the next call
 }
 
 // NewCursor returns a cursor over the log at walPath (the database's path with "-wal"), placed
@@ -62,27 +68,41 @@ type Cursor struct {
 func NewCursor(walPath string) (*Cursor, error) {
 	c := &Cursor{path: walPath}
 	if _, err := c.Next(); err != nil {
+		c.Close()
 		return nil, err
 	}
 	return c, nil
+}
+
+// Close closes the log's file, if the cursor opened it. A nil cursor does nothing.
+func (c *Cursor) Close() error {
+	if c == nil || c.f == nil {
+		return nil
+	}
+	f := c.f
+	c.f = nil
+	return f.Close()
 }
 
 // Next returns the commits appended to the log since the last call (merged: each page's last image,
 // the last commit's size), or nil if there is none. A log that was restarted since (new salts) is
 // read from its start.
 func (c *Cursor) Next() (*Commit, error) {
-	f, err := os.Open(c.path)
-	if errors.Is(err, fs.ErrNotExist) {
-		c.salt1, c.salt2, c.off = 0, 0, 0
-		return nil, nil
+	if c.f == nil {
+		f, err := os.Open(c.path)
+		if errors.Is(err, fs.ErrNotExist) {
+			c.salt1, c.salt2, c.off = 0, 0, 0
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		c.f = f
 	}
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
+	f := c.f
 	var hdr [walHeaderSize]byte
-	if _, err := io.ReadFull(f, hdr[:]); err != nil {
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) { // empty, or being written: no commit yet
+	if n, err := f.ReadAt(hdr[:], 0); n < len(hdr) {
+		if err == nil || errors.Is(err, io.EOF) { // empty, or being written: no commit yet
 			c.salt1, c.salt2, c.off = 0, 0, 0
 			return nil, nil
 		}
@@ -97,17 +117,16 @@ func (c *Cursor) Next() (*Commit, error) {
 		c.salt1, c.salt2, c.pageSize, c.order = salt1, salt2, pageSize, order
 		c.off, c.sum = walHeaderSize, sum
 	}
-	if _, err := f.Seek(c.off, io.SeekStart); err != nil {
-		return nil, err
+	if len(c.frame) != frameHeaderSize+pageSize {
+		c.frame = make([]byte, frameHeaderSize+pageSize)
 	}
-	frame := make([]byte, frameHeaderSize+pageSize)
-	pending := map[uint32][]byte{} // frames of the commit being read
-	merged := map[uint32][]byte{}  // frames of complete commits
+	frame := c.frame
+	var pending, merged map[uint32][]byte // frames of the commit being read, and of complete ones
 	var dbPages uint32
 	off, s := c.off, c.sum
 	for {
-		if _, err := io.ReadFull(f, frame); err != nil {
-			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		if n, err := f.ReadAt(frame, off); n < len(frame) {
+			if err == nil || errors.Is(err, io.EOF) {
 				break
 			}
 			return nil, err
@@ -121,6 +140,9 @@ func (c *Cursor) Next() (*Commit, error) {
 			break // not chained to the frames before it: left over, never committed
 		}
 		off += int64(len(frame))
+		if pending == nil {
+			pending, merged = map[uint32][]byte{}, map[uint32][]byte{}
+		}
 		pgno := binary.BigEndian.Uint32(frame[0:])
 		pending[pgno] = slices.Clone(frame[frameHeaderSize:])
 		if size := binary.BigEndian.Uint32(frame[4:]); size != 0 { // a commit frame

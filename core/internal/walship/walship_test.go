@@ -75,6 +75,7 @@ func TestCursorFollowsCommits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer c.Close()
 	ship := func(what string) {
 		t.Helper()
 		cm, err := c.Next()
@@ -173,5 +174,40 @@ func TestBadInput(t *testing.T) {
 	}
 	if err := Apply(filepath.Join(dir, "y"), &Commit{PageSize: 4096, DBPages: 1, Pages: []Page{{No: 1, Data: []byte("short")}}}); err == nil {
 		t.Fatal("a short page was written")
+	}
+}
+
+// A cursor placed before its log exists finds the log once SQLite makes it, and a read between two
+// commits returns nothing.
+func TestCursorBeforeTheLog(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "src.db")
+	c, err := NewCursor(src + "-wal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if cm, err := c.Next(); err != nil || cm != nil {
+		t.Fatalf("without a log: %v, %v; want nothing", cm, err)
+	}
+	db := openWAL(t, src)
+	if _, err := db.Exec("CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB)"); err != nil {
+		t.Fatal(err)
+	}
+	cm, err := c.Next()
+	if err != nil || cm == nil || len(cm.Pages) == 0 {
+		t.Fatalf("after the first commit: %v, %v; want its pages", cm, err)
+	}
+	var n int
+	if err := db.QueryRow("SELECT count(*) FROM t").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if cm, err := c.Next(); err != nil || cm != nil {
+		t.Fatalf("after a read: %v, %v; want nothing", cm, err)
+	}
+	if _, err := db.Exec("INSERT INTO t(id, v) VALUES (1, x'01')"); err != nil {
+		t.Fatal(err)
+	}
+	if cm, err := c.Next(); err != nil || cm == nil {
+		t.Fatalf("after an insert: %v, %v; want its pages", cm, err)
 	}
 }

@@ -1,0 +1,134 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/durable-go/durable/cluster"
+	"github.com/durable-go/durable/core"
+)
+
+// BenchmarkClusterAppend is a cluster write beside the engine's limit, in the same run, on the same
+// 3 embedded JetStream nodes: impl=raw appends a 256-byte record to a 3-replica stream (file
+// storage, fsync always) with the subject's last sequence as the expected one, as the engine
+// appends a commit's record; impl=cluster is the durable counter increment of a runtime in cluster
+// mode (its default settings), whose commit is one such append. From 1 caller to one subject (one
+// object), and from 16 callers each to a subject of its own in a stream of its own (16 objects,
+// each in a shard of its own: 16 raft groups in both). The runtime and the raw appends use the
+// same connection's node. Divide impl=cluster's calls/s by impl=raw's.
+func BenchmarkClusterAppend(b *testing.B) {
+	const shards = 16
+	js := startJS(b, 3)
+	node := js.runtimeOn(b, 0, cluster.Config{Replicas: 3, Shards: shards, Prefix: "append"}, 0)
+	ns := counterNS(b, node.rt)
+
+	// One object in each shard, resident (its lease taken, its epoch opened) before the clock runs.
+	objects := make([]*core.Stub[*core.State], shards)
+	for i, left := 0, shards; left > 0; i++ {
+		name := fmt.Sprintf("o%d", i)
+		if sh := node.eng.ShardOf("counters/" + name); objects[sh] == nil {
+			s, err := ns.Get(name)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := retrying(func() error { return core.Do(context.Background(), s, increment) }); err != nil {
+				b.Fatal(err)
+			}
+			objects[sh] = s
+			left--
+		}
+	}
+	raw := newRawAppends(b, node.nc, shards)
+	// Warm up both for 2 s (the streams just made catch up, the leaders settle), outside the clock:
+	// the first sub-benchmark would pay for it otherwise.
+	warm := make(chan error, shards)
+	until := time.Now().Add(2 * time.Second)
+	for i := range shards {
+		go func() {
+			var err error
+			for time.Now().Before(until) && (err == nil || core.IsRetryable(err)) {
+				if err = raw.append(context.Background(), i); err == nil {
+					err = core.Do(context.Background(), objects[i], increment)
+				}
+			}
+			if core.IsRetryable(err) {
+				err = nil // a busy machine's timeout: the measured calls retry nothing
+			}
+			warm <- err
+		}()
+	}
+	for range shards {
+		if err := <-warm; err != nil {
+			b.Fatal(err)
+		}
+	}
+
+	for _, callers := range []int{1, 16} {
+		// Each caller takes a slot of its own (an object, a subject) for each call.
+		slots := make(chan int, callers)
+		for i := range callers {
+			slots <- i
+		}
+		b.Run(fmt.Sprintf("subjects=%d/callers=%d/impl=raw", callers, callers), func(b *testing.B) {
+			runCallers(b, callers, "calls/s", func(ctx context.Context) error {
+				i := <-slots
+				defer func() { slots <- i }()
+				return raw.append(ctx, i)
+			})
+		})
+		b.Run(fmt.Sprintf("subjects=%d/callers=%d/impl=cluster", callers, callers), func(b *testing.B) {
+			runCallers(b, callers, "calls/s", func(ctx context.Context) error {
+				i := <-slots
+				defer func() { slots <- i }()
+				return core.Do(ctx, objects[i], increment)
+			})
+		})
+	}
+}
+
+// rawAppends appends records to n streams of one subject each, R3, configured as package cluster
+// configures a shard's stream, each append expecting the subject's last sequence.
+type rawAppends struct {
+	js   jetstream.JetStream
+	last []uint64 // each subject's last sequence, touched by the caller holding its slot
+	rec  []byte
+}
+
+func newRawAppends(b *testing.B, nc *nats.Conn, n int) *rawAppends {
+	b.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for i := range n {
+		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: fmt.Sprintf("RAW_%d", i), Subjects: []string{fmt.Sprintf("raw.%d", i)},
+			Storage: jetstream.FileStorage, Replicas: 3, AllowDirect: true, DenyDelete: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	r := &rawAppends{js: js, last: make([]uint64, n), rec: make([]byte, 256)}
+	for i := range n { // each stream's leader elected and answering before the clock runs
+		if err := retrying(func() error { return r.append(ctx, i) }); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return r
+}
+
+// append appends a record to subject i.
+func (r *rawAppends) append(ctx context.Context, i int) error {
+	ack, err := r.js.Publish(ctx, fmt.Sprintf("raw.%d", i), r.rec, jetstream.WithExpectLastSequencePerSubject(r.last[i]))
+	if err != nil {
+		return fmt.Errorf("%w: %w", core.ErrUnreachable, err) // retryable while a leader is elected
+	}
+	r.last[i] = ack.Sequence
+	return nil
+}
