@@ -157,9 +157,15 @@ type NotOwnerError struct {
 	Holder  string    // the holding node's Options.Replication.Node
 	Address string    // the holder's Replication.Advertise, as its beats say; "" if unknown
 	Until   time.Time // by this node's clock, the earliest time it may take the object over if unrenewed
+
+	own bool // Holder is this node's own name: a lease its process held before a restart
 }
 
 func (e *NotOwnerError) Error() string {
+	if e.own {
+		return fmt.Sprintf("core: %s is held by node %q's lease from before its restart: this node takes it over once it lapses, at %s",
+			e.Key, e.Holder, e.Until.Format(time.RFC3339Nano))
+	}
 	if e.Address != "" {
 		return fmt.Sprintf("core: %s is owned by node %q at %s", e.Key, e.Holder, e.Address)
 	}

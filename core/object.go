@@ -248,7 +248,8 @@ func (o *object) resume() error { return o.claimed(o.repl.Resume(o)) }
 
 func (o *object) claimed(err error) error {
 	if no := (*replica.NotOwner)(nil); errors.As(err, &no) {
-		return &NotOwnerError{Key: no.Key, Holder: no.Holder, Address: o.rt.cluster.AddrOf(no.Holder), Until: no.Until}
+		return &NotOwnerError{Key: no.Key, Holder: no.Holder, Address: o.rt.cluster.AddrOf(no.Holder), Until: no.Until,
+			own: no.Holder == o.rt.cluster.Name()}
 	}
 	if errors.Is(err, ErrFenced) {
 		return o.fail(err)

@@ -248,6 +248,15 @@ func (ro *router) call(ctx context.Context, rc *routedCall) error {
 			case errors.As(err, &noe) && noe.Holder != "" && noe.Holder != ro.node && noe.Holder != "another node":
 				target, last = noe.Holder, err
 				continue
+			case errors.As(err, &noe) && noe.Holder == ro.node:
+				// The lease is this node's own from before a restart: the process that held it may
+				// be paused, not gone, so it is taken over only once seen unrenewed for LeaseTTL,
+				// at noe.Until. The call waits for that, as for a takeover, and is tried again.
+				target, last = "", err
+				if err := ro.backoffUntil(ctx, attempt, noe.Until); err != nil {
+					return last
+				}
+				continue
 			case errors.Is(err, ErrFenced):
 				target, last = "", err
 				if err := ro.backoff(ctx, attempt); err != nil {
@@ -305,6 +314,15 @@ func (ro *router) call(ctx context.Context, rc *routedCall) error {
 		ran = "" // it answered: it did not run the call, or its answer is this one
 		switch we.Class {
 		case classMoved:
+			if we.Holder == target {
+				// The node's own lease from before its restart: it may serve the object once the
+				// lease has lapsed, in we.Wait.
+				last = err
+				if err := ro.backoffUntil(ctx, attempt, ro.rt.now().Add(time.Duration(we.Wait))); err != nil {
+					return last
+				}
+				continue
+			}
 			target, last = we.Holder, err
 			continue
 		case classFenced, classClosed:
@@ -327,10 +345,20 @@ func (ro *router) call(ctx context.Context, rc *routedCall) error {
 // so that the default 4 attempts span most of a lease time (a lost owner's shard is taken over
 // one lease time after its last renewal). After the last attempt it does not wait.
 func (ro *router) backoff(ctx context.Context, attempt int) error {
+	return ro.backoffUntil(ctx, attempt, time.Time{})
+}
+
+// backoffUntil is backoff that waits at least until the time until, by the runtime's clock, if it
+// is not zero: when a lease may be taken over.
+func (ro *router) backoffUntil(ctx context.Context, attempt int, until time.Time) error {
 	if attempt >= ro.opts.attempts-1 {
 		return nil
 	}
-	t := time.NewTimer(ro.rt.opts.Replication.leaseTTL() / 8 << min(attempt, 2))
+	d := ro.rt.opts.Replication.leaseTTL() / 8 << min(attempt, 2)
+	if !until.IsZero() {
+		d = max(d, until.Sub(ro.rt.now()))
+	}
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
@@ -444,6 +472,9 @@ func (ro *router) run(ctx context.Context, w *wireCall) (reply []byte, ran bool)
 		we := encodeErr(err)
 		if ns != nil && we.Class == classRemote {
 			we.Own = ns.ownClasses(err)
+		}
+		if noe := (*NotOwnerError)(nil); errors.As(err, &noe) && noe.Holder == ro.node {
+			we.Wait = max(int64(noe.Until.Sub(ro.rt.now())), 0)
 		}
 		return encodeReply(nil, nil, we), we.ran()
 	}

@@ -201,6 +201,7 @@ type wireErr struct {
 	Holder string   `json:"holder,omitempty"` // classMoved: the owner, "" if unknown
 	Is     []string `json:"is,omitempty"`     // classRemote: the classes of the sentinels the object's error wraps
 	Own    []string `json:"own,omitempty"`    // classRemote: the namespace's error classes it matches (errclass.go)
+	Wait   int64    `json:"wait,omitempty"`   // classMoved naming the answering node: ns until its lease from before a restart may be taken over
 }
 
 // The classes of errors that cross nodes.
