@@ -15,7 +15,7 @@ import (
 	"github.com/durable-go/durable/replog/replogtest"
 )
 
-// S-CL14: a node restarted under its own name, whose previous process was lost holding the objects'
+// S-CL4, S-CL14: a node restarted under its own name, whose previous process was lost holding the objects'
 // leases, does not take them over before they lapse (the old process may be paused, CL5), and a
 // method call or a relayed request at it, or sent to it by another node, waits for that within its
 // attempts and is served, instead of failing with ErrNotOwner naming the node itself. A closure
