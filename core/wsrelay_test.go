@@ -267,3 +267,22 @@ func TestWebSocketRelay_CloseDuringUpgrade(t *testing.T) {
 		require.NoError(t, <-closed)
 	})
 }
+
+// S-CL18, R8: Close does not wait out the relayed call of an upgrade under way (its owner
+// unreachable, the edge retries): the call ends as the node closes, and the client gets no upgrade.
+func TestWebSocketRelay_CloseEndsUpgradeUnderWay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := replogtest.NewMemCluster()
+		n1, n2 := openChatNode(t, c, "n1"), openChatNode(t, c, "n2")
+		room := roomAt(c, "n1", []string{"n1", "n2"})
+		n1.join(t, room, "alice")
+		n1.view.CutCalls(true) // n1 keeps its lease: n2 retries its call
+		dialed := make(chan error, 1)
+		go func() { _, _, err := n2.connect(t, room, "name=bob", nil); dialed <- err }()
+		synctest.Wait()
+		start := time.Now()
+		require.NoError(t, n2.rt.Close())
+		require.Less(t, time.Since(start), time.Second, "Close waited for the upgrade's retries")
+		require.Error(t, <-dialed)
+	})
+}
