@@ -66,7 +66,12 @@ func (r *wsRelay) upgrade(w http.ResponseWriter, req *http.Request, ns *namespac
 	}
 	r.socks[s.id] = s
 	r.watchLocked()
+	r.wg.Add(1) // close waits for the upgrade: a client that has its 101 hears the close too
 	r.mu.Unlock()
+	defer r.wg.Done()
+	ctx, cancel := context.WithCancel(req.Context()) // close ends a call still out
+	defer cancel()
+	defer context.AfterFunc(r.ctx, cancel)()
 	hr := &wireHTTP{Method: req.Method, URL: req.URL.String(), Host: req.Host, RemoteAddr: req.RemoteAddr,
 		Header: req.Header.Clone(), Socket: s.id}
 	rc := routedCall{ns: ns, name: name, method: "http", http: hr}
@@ -75,7 +80,7 @@ func (r *wsRelay) upgrade(w http.ResponseWriter, req *http.Request, ns *namespac
 		rc.httpReply = reply
 		return err
 	}
-	err := r.rt.router.call(req.Context(), &rc)
+	err := r.rt.router.call(ctx, &rc)
 	hrep := rc.httpReply
 	switch {
 	case err == nil && hrep != nil && hrep.Status == http.StatusSwitchingProtocols:
@@ -114,23 +119,25 @@ func (r *wsRelay) upgrade(w http.ResponseWriter, req *http.Request, ns *namespac
 	r.remove(s)
 }
 
-// start serves the upgraded connection c: the output that came early first, then its reader.
+// start serves the upgraded connection c: the output that came early first, then its reader. The
+// client has its 101 already: if the relay has closed meanwhile, c is closed with 1001 as every
+// other connection (a dropped TCP connection would tell the client 1006), and the reader waits for
+// the client's answer. The upgrade's count in wg keeps close waiting for the reader.
 func (s *edgeSock) start(c *wsconn.Conn) {
 	s.mu.Lock()
-	s.c = c
+	s.c = c // from here a close of the relay finds c (shutdown)
 	for _, it := range s.early {
 		s.applyLocked(it)
 	}
 	s.early = nil
 	s.mu.Unlock()
 	s.r.mu.Lock()
-	defer s.r.mu.Unlock()
-	if s.r.closed {
-		c.Drop()
-		delete(s.r.socks, s.id)
-		return
-	}
+	closed := s.r.closed // if not, the relay's close comes later and finds c
 	s.r.wg.Add(1)
+	s.r.mu.Unlock()
+	if closed {
+		s.shutdown()
+	}
 	go s.read()
 }
 

@@ -1,7 +1,9 @@
 package core_test
 
 import (
+	"bytes"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -13,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/durable-go/durable/core"
+	"github.com/durable-go/durable/core/coretest"
 	"github.com/durable-go/durable/core/internal/replica"
 	"github.com/durable-go/durable/replog/replogtest"
 )
@@ -200,5 +203,86 @@ func TestWebSocketRelay_LostReplyDeliveredOnce(t *testing.T) {
 		send(t, bob, "z")
 		require.Equal(t, `{"name":"bob"}:z`, recv(t, alice), "x once")
 		require.Equal(t, `{"name":"bob"}:z`, recv(t, bob), "x and y once")
+	})
+}
+
+// stallListener serves over net.Pipe; the server's write of a 101 response waits for a receive
+// from stall once the client has it, so a test can act while an upgrade is half made.
+type stallListener struct {
+	*coretest.PipeListener
+	stall chan struct{}
+}
+
+func (l stallListener) Accept() (net.Conn, error) {
+	c, err := l.PipeListener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &stallConn{Conn: c, stall: l.stall}, nil
+}
+
+type stallConn struct {
+	net.Conn
+	stall chan struct{}
+}
+
+func (c *stallConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	if bytes.HasPrefix(p, []byte("HTTP/1.1 101")) {
+		<-c.stall
+	}
+	return n, err
+}
+
+// S-CL18, R8: a client that has its 101 when the runtime closes, before the connection is served,
+// hears 1001 as every other, and Close returns once it has.
+func TestWebSocketRelay_CloseDuringUpgrade(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := replogtest.NewMemCluster()
+		view := c.Node()
+		rt, ns, _ := registerChat(t, core.Options{Logger: slog.New(slog.DiscardHandler),
+			Replication: &core.Replication{Node: "n1", Log: view.Log(), Leases: view.Leases(), Beacon: view.Beacon(),
+				Calls: view.Calls(), LeaseTTL: clusterTTL}})
+		pl := stallListener{PipeListener: coretest.NewPipeListener(), stall: make(chan struct{})}
+		hs := &http.Server{Handler: chatMux(t, ns)}
+		served := make(chan struct{})
+		go func() { defer close(served); hs.Serve(pl) }()
+		t.Cleanup(func() { hs.Close(); <-served })
+		env := &chatEnv{rt: rt, ns: ns, base: "ws://pipe", dial: &websocket.Dialer{NetDialContext: pl.Dial}}
+
+		alice := env.join(t, "lobby", "alice") // its connection is not served yet
+		closed := make(chan error, 1)
+		go func() { closed <- rt.Close() }()
+		synctest.Wait()
+		var early bool
+		select {
+		case <-closed:
+			early = true
+		default:
+		}
+		close(pl.stall)
+		code, _ := closeCode(t, alice)
+		require.Equal(t, core.CloseGoingAway, code)
+		require.False(t, early, "Close returned before the client being upgraded heard its close")
+		require.NoError(t, <-closed)
+	})
+}
+
+// S-CL18, R8: Close does not wait out the relayed call of an upgrade under way (its owner
+// unreachable, the edge retries): the call ends as the node closes, and the client gets no upgrade.
+func TestWebSocketRelay_CloseEndsUpgradeUnderWay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := replogtest.NewMemCluster()
+		n1, n2 := openChatNode(t, c, "n1"), openChatNode(t, c, "n2")
+		room := roomAt(c, "n1", []string{"n1", "n2"})
+		n1.join(t, room, "alice")
+		n1.view.CutCalls(true) // n1 keeps its lease: n2 retries its call
+		dialed := make(chan error, 1)
+		go func() { _, _, err := n2.connect(t, room, "name=bob", nil); dialed <- err }()
+		synctest.Wait()
+		start := time.Now()
+		require.NoError(t, n2.rt.Close())
+		require.Less(t, time.Since(start), time.Second, "Close waited for the upgrade's retries")
+		require.Error(t, <-dialed)
 	})
 }
