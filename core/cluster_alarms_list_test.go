@@ -60,7 +60,7 @@ func TestClusterAlarmListingRetriedSoon(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 		synctest.Wait()
 		flaky.mu.Lock()
-		flaky.left = 3
+		flaky.left = 2
 		flaky.mu.Unlock()
 		n1.kill()
 
