@@ -20,8 +20,8 @@ import (
 //     background, only at the revision this node knows, so that a deposed owner, paused and then
 //     resumed, can never undo a newer owner's entry: an entry this node only listed (another
 //     node's write) is written again before this node relies on it;
-//   - a node that takes a shard lists its entries and hands them to its scheduler (AlarmHooks),
-//     and lists them again every 4 LeaseTTL while it holds the shard (an entry written by a
+//   - a node that takes a shard lists its entries and hands them to its scheduler (AlarmHooks) at
+//     once, a failed listing again soon (alarmWorker), and lists them again every 4 LeaseTTL while it holds the shard (an entry written by a
 //     deposed owner just after the takeover's listing is found there);
 //   - a shard with pending entries is not handed back when its last object is evicted, so that
 //     some live node always holds it; when it goes (drained, or taken over), its entries leave the
@@ -221,15 +221,23 @@ func (n *Node) alarmCommitted(key string, shard int, at int64) {
 }
 
 // alarmWorker lists the shards this node took and makes entries exact, until Close; then it
-// makes the entries left exact once more.
+// makes the entries left exact once more. A listing that fails (the shard's stream still electing
+// a leader after a restart) is tried again after listRetry LeaseTTL, doubling up to the sweeper's
+// period, not at the sweeper's next round: a shard's overdue alarms run soon after its log answers.
 func (n *Node) alarmWorker() {
 	b := &n.alarms
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
+	first := time.Duration(float64(n.cfg.LeaseTTL) * listRetry)
+	wait := first
 	for {
 		select {
 		case <-n.stop:
 			n.writeExact()
 			return
 		case <-b.wake:
+		case <-retry.C:
 		}
 		b.mu.Lock()
 		var shards []int
@@ -238,16 +246,30 @@ func (n *Node) alarmWorker() {
 		}
 		clear(b.loads)
 		b.mu.Unlock()
+		failed := false
 		for _, shard := range shards {
-			n.loadAlarms(shard)
+			if !n.loadAlarms(shard) {
+				failed = true
+			}
+		}
+		switch {
+		case failed:
+			retry.Reset(wait)
+			wait = min(2*wait, sweepEvery*n.cfg.LeaseTTL)
+		case len(shards) > 0:
+			wait = first
 		}
 		n.writeExact()
 	}
 }
 
+// listRetry is how many LeaseTTL a failed listing waits before it is tried again (the first time;
+// then twice as long each time, up to sweepEvery LeaseTTL).
+const listRetry = 1.0 / 8
+
 // loadAlarms lists shard's entries and hands them to the scheduler, if this node still holds the
-// shard. A listing that fails is tried again at the sweeper's next round.
-func (n *Node) loadAlarms(shard int) {
+// shard. It reports false if the listing failed: the shard is listed again (alarmWorker).
+func (n *Node) loadAlarms(shard int) bool {
 	ctx, cancel := opCtx()
 	defer cancel()
 	var listed []Alarm
@@ -262,17 +284,18 @@ func (n *Node) loadAlarms(shard int) {
 		n.cfg.Logger.Debug("a shard's alarm index could not be listed; it is tried again", "event", "alarm_index_list_failed",
 			"shard", shard, "error", err)
 		b.mu.Lock()
-		if b.marks[shard] != nil {
-			b.loads[shard] = true
+		defer b.mu.Unlock()
+		if b.marks[shard] == nil {
+			return true // the shard went meanwhile: nothing to list
 		}
-		b.mu.Unlock()
-		return
+		b.loads[shard] = true
+		return false
 	}
 	b.mu.Lock()
 	ms := b.marks[shard]
 	if ms == nil { // the shard went meanwhile
 		b.mu.Unlock()
-		return
+		return true
 	}
 	for _, a := range listed {
 		if m := ms[a.Key]; m == nil || m.rev < revs[a.Key] {
@@ -284,6 +307,7 @@ func (n *Node) loadAlarms(shard int) {
 	if hooks != nil && len(listed) > 0 {
 		hooks.Loaded(shard, listed)
 	}
+	return true
 }
 
 // writeExact makes the entries of the last commits exact, each at the revision this node knows;
