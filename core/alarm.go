@@ -285,7 +285,19 @@ func (o *object) timed(ctx context.Context, start time.Time, fn func(context.Con
 	if err := fn(ctx); err != nil || ctx.Err() == nil {
 		return err
 	}
-	return fmt.Errorf("core: timer run took %v, over the limit of %v", o.rt.now().Sub(start).Round(time.Millisecond), o.rt.opts.AlarmTimeout)
+	return o.cutShort(ctx.Err(), start)
+}
+
+// cutShort is the error of a timer run whose context ended before it returned: it overstayed (A10),
+// or the runtime is shutting down (the run is retried when it opens again).
+func (o *object) cutShort(err error, start time.Time) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("core: timer run took %v, over the limit of %v", o.rt.now().Sub(start).Round(time.Millisecond), o.rt.opts.AlarmTimeout)
+	}
+	if o.rt.base.Err() != nil {
+		return ErrClosed
+	}
+	return err
 }
 
 // finishTimer ends a timer's run: a one-shot timer is removed, a recurring one goes on with its

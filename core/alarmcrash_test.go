@@ -48,6 +48,10 @@ const (
 	armedLine = "armed" // the child armed everything
 	readyLine = "ready" // every handler is at the kill moment
 	doneWord  = "done"  // "done <kind> <name>": a handler returned in the child
+
+	// crashStall is how long the reopened runtimes may go without a timer's first run before the
+	// timers not run yet are counted as lost.
+	crashStall = 3 * hangGuard
 )
 
 var crashKinds = []string{kindPlain, kindFacet, kindSched}
@@ -319,6 +323,7 @@ func TestAlarm_SurvivesSIGKILLInsideAwait(t *testing.T) {
 		all  chan struct{} // closed once every timer has run
 	}
 	want := len(crashKinds) * crashPerKind
+	progress := make(chan struct{}, 1) // a timer ran for the first time
 	states := make([]*reopened, len(runs))
 	for i, r := range runs {
 		s := &reopened{seen: map[string]bool{}, all: make(chan struct{})}
@@ -341,24 +346,35 @@ func TestAlarm_SurvivesSIGKILLInsideAwait(t *testing.T) {
 				if len(s.seen) == want {
 					close(s.all)
 				}
+				select {
+				case progress <- struct{}{}:
+				default:
+				}
 			}
 			return nil
 		})
 		require.NoError(t, err)
 	}
-	// One bound for all: a lost timer never runs. The bound leaves room for a run that fails and is
-	// retried (2 s, then 4 s, ...): on a loaded machine a facet's run has been seen to fail once, at
-	// once, as if over its time limit, and to run at its retry.
-	wait, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	// A lost timer never runs: the wait goes on while timers run for the first time, and ends once
+	// none has for crashStall, which leaves room for a run that fails and is retried (2 s, then 4 s)
+	// on a loaded machine.
+	stalled := time.NewTimer(crashStall)
+	defer stalled.Stop()
 	for i, r := range runs {
 		if r.err != nil {
 			t.Errorf("kill moment %s: %v", r.moment, r.err)
 			continue
 		}
-		select {
-		case <-states[i].all:
-		case <-wait.Done():
+	wait:
+		for {
+			select {
+			case <-states[i].all:
+				break wait
+			case <-progress:
+				stalled.Reset(crashStall)
+			case <-stalled.C:
+				break wait
+			}
 		}
 	}
 	for i, r := range runs {

@@ -169,8 +169,8 @@ func (o *object) deliverFacet(t *turn, row timerRow, token int64, resumed bool, 
 				if err := callHandler(ctx, fo.ns, inst, row, info); err != nil {
 					return err
 				}
-				if ctx.Err() != nil { // it overstayed (A10): the run fails, its last segment goes
-					return fmt.Errorf("core: timer run took %v, over the limit of %v", o.rt.now().Sub(now).Round(time.Millisecond), o.rt.opts.AlarmTimeout)
+				if err := ctx.Err(); err != nil { // it overstayed (A10), or shutdown came: the run fails, its last segment goes
+					return o.cutShort(err, now)
 				}
 				return ft.recordRun(fr)
 			})
