@@ -74,7 +74,7 @@ func (l Latency) String() string {
 	return fmt.Sprintf("n=%d p50=%v p99=%v max=%v", l.N, r(l.P50), r(l.P99), r(l.Max))
 }
 
-// MaxExcessP99 is the bound on an owner-lost alarm's excess over its failover (issue 24).
+// MaxExcessP99 is the bound on an owner-lost alarm's excess over its failover (SEMANTICS CL9).
 const MaxExcessP99 = time.Second
 
 // Sound reports whether alarms were armed and every one ran, none before its time, each for the

@@ -106,7 +106,7 @@
 // its kill's election. Then, per scenario, the write calls, those that failed, and the attempts
 // whose outcome was unknown. The test fails if an object is not served again within a minute, if a
 // writer finds an acknowledged write lost or a value nobody wrote, and (-failover.bounds, the
-// default) if a figure misses issue 22's target (FailoverReport.Misses). A scenario takes 2 to 5
+// default) if a figure misses its target (FailoverReport.Misses). A scenario takes 2 to 5
 // minutes on a 2-core machine; run a few at a time:
 //
 //	go test -tags faults ./cluster/faults -run TestFailover -v -failover.scenario=a,b,c -timeout 20m

@@ -113,7 +113,7 @@ func (r *FailoverReport) Table() string {
 	return b.String()
 }
 
-// Misses returns what the report shows short of issue 22's targets (none: it meets them all):
+// Misses returns what the report shows short of the failover targets (none: it meets them all):
 // every object served again within the cap; no broken promise; (a) an owner that leads no group,
 // its objects p99 <= 1.5 s; (b) a node that leads groups, the survivors' objects in them p99 <=
 // election + 1 s, the others p99 <= 1 s (no stall); (c) and (c') the lost node's objects p99 <=

@@ -17,7 +17,7 @@ var (
 	failoverObjects   = flag.Int("failover.objects", 12, "objects written, each by its own writer")
 	failoverShards    = flag.Int("failover.shards", 16, "streams of the log")
 	failoverBudget    = flag.Duration("failover.budget", 10*time.Second, "a write call not acknowledged within it fails")
-	failoverBounds    = flag.Bool("failover.bounds", true, "fail when a figure misses its target (issue 22's); false: only unserved objects and broken promises fail")
+	failoverBounds    = flag.Bool("failover.bounds", true, "fail when a figure misses its target (SEMANTICS X9); false: only unserved objects and broken promises fail")
 )
 
 // S-X9: three node processes of the runtime target, writers on a dozen objects that follow the

@@ -23,7 +23,7 @@ type Window struct {
 // Config.Grace says otherwise: three lease times of the runtime's default (1 s).
 const DefaultGrace = 3 * time.Second
 
-// Availability targets (issue 23): outside fault windows, at least MinAcked of the attempted
+// Availability targets (SEMANTICS X6): outside fault windows, at least MinAcked of the attempted
 // writes the workload's own contention did not refuse are acknowledged, and reads that returned
 // are at least MinReads of the operations attempted.
 const (
