@@ -96,11 +96,10 @@ func (rt *Runtime) rearmCluster(ctx context.Context, seq int64, at time.Time) er
 	if err != nil {
 		return &Error{Op: "rearm", Err: err}
 	}
-	i := slices.IndexFunc(dls, func(d DeadLetter) bool { return d.Seq == seq })
-	if i < 0 {
-		return &Error{Op: "rearm", Err: fmt.Errorf("core: no dead letter %d", seq)}
+	dl, err := findLetter(dls, seq)
+	if err != nil {
+		return err
 	}
-	dl := &dls[i]
 	fail := func(err error) error { return &Error{Op: "rearm", Namespace: dl.Namespace, Name: dl.Name, Err: err} }
 	rt.mu.RLock()
 	n := rt.namespaces[dl.Namespace]

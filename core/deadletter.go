@@ -74,11 +74,10 @@ func (a *Admin) Rearm(ctx context.Context, seq int64, at time.Time) error {
 	if err != nil {
 		return &Error{Op: "rearm", Err: err}
 	}
-	i := slices.IndexFunc(dls, func(d DeadLetter) bool { return d.Seq == seq })
-	if i < 0 {
-		return &Error{Op: "rearm", Err: fmt.Errorf("core: no dead letter %d", seq)}
+	dl, err := findLetter(dls, seq)
+	if err != nil {
+		return err
 	}
-	dl := &dls[i]
 	rt.mu.RLock()
 	n := rt.namespaces[dl.Namespace]
 	rt.mu.RUnlock()
@@ -238,4 +237,13 @@ func (t *turn) setMeta(k string, v any) error {
 		return st.ExecOwn("DELETE FROM main._durable_meta WHERE k = ?", k)
 	}
 	return st.ExecOwn("INSERT OR REPLACE INTO main._durable_meta(k, v) VALUES (?, ?)", k, v)
+}
+
+// findLetter is the letter seq of dls, or Rearm's error for none.
+func findLetter(dls []DeadLetter, seq int64) (*DeadLetter, error) {
+	i := slices.IndexFunc(dls, func(d DeadLetter) bool { return d.Seq == seq })
+	if i < 0 {
+		return nil, &Error{Op: "rearm", Err: fmt.Errorf("core: no dead letter %d", seq)}
+	}
+	return &dls[i], nil
 }

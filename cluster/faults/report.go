@@ -225,31 +225,20 @@ func (s *Summary) OK() bool {
 	return len(s.Verdicts) > 0
 }
 
-// count adds ops to the totals and to the split.
+// count adds ops to the split and to the totals, which are its two classes together (Split puts
+// every operation in exactly one).
 func (s *Summary) count(ops []Op) {
 	in, out := Split(ops, s.Windows, s.Grace)
 	s.In.merge(&in)
 	s.Out.merge(&out)
-	for _, op := range ops {
-		if !op.Write {
-			if op.Out == OK {
-				s.Ops++
-				s.Reads++
-			}
-			continue
-		}
-		s.Ops++
-		s.Writes++
-		switch op.Out {
-		case OK:
-			s.Acked++
-		case Conflict:
-			s.Conflicts++
-		case Refused:
-			s.Refused++
-		default:
-			s.Unknown++
-		}
+	for _, c := range [...]*OpStats{&in, &out} {
+		s.Ops += c.Writes + c.Reads
+		s.Writes += c.Writes
+		s.Reads += c.Reads
+		s.Acked += c.Acked
+		s.Conflicts += c.Conflicts
+		s.Refused += c.Refused
+		s.Unknown += c.Unknown
 	}
 }
 
