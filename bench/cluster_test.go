@@ -136,8 +136,11 @@ func BenchmarkClusterWrite(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { single.Close() })
+	// Two clusters of runtimes over the same JetStream nodes (a prefix each): one runtime alone
+	// in each holds every shard, as one owner per name needs.
 	clustered := js.runtime(b, 0, 0, func(o *core.Options) { o.Synchronous = "FULL" })
-	normal := js.runtime(b, 1, 0, func(o *core.Options) { o.Synchronous = "NORMAL" })
+	normal := js.runtimeOn(b, 1, cluster.Config{Replicas: 3, Shards: 4, Prefix: "benchnormal"}, 0,
+		func(o *core.Options) { o.Synchronous = "NORMAL" })
 	impls := []struct {
 		name string
 		ns   *core.Namespace[*core.State]
