@@ -49,7 +49,8 @@ func TestRoutedWritesShareCommits(t *testing.T) {
 		const (
 			callers = 8
 			rounds  = 20
-			appends = 4 * time.Millisecond
+			appends = 10 * time.Millisecond
+			hop     = 100 * time.Microsecond // caller i's round trip takes 2 * (i+1) hops
 		)
 		c := replogtest.NewMemCluster()
 		owner := openRouted(t, c, "n1", func(o *core.Options) {
@@ -58,15 +59,15 @@ func TestRoutedWritesShareCommits(t *testing.T) {
 		var hops [callers]*routed
 		_, err := owner.add(context.Background(), owner.stub(t, "x"), 0)
 		require.NoError(t, err)
-		for i := range hops { // caller i's round trip takes (i+1) * 100 µs each way: they come back spread out
+		for i := range hops { // the callers come back spread out
 			hops[i] = openRouted(t, c, fmt.Sprintf("c%d", i), func(o *core.Options) {
-				o.Replication.Calls = hopCalls{Calls: o.Replication.Calls, d: time.Duration(i+1) * 100 * time.Microsecond}
+				o.Replication.Calls = hopCalls{Calls: o.Replication.Calls, d: time.Duration(i+1) * hop}
 			})
 			_, err := hops[i].get(context.Background(), hops[i].stub(t, "x"), struct{}{})
 			require.NoError(t, err)
 		}
 
-		before := owner.rt.Stats()
+		before, start := owner.rt.Stats(), time.Now()
 		var wg sync.WaitGroup
 		for i := range callers {
 			wg.Go(func() {
@@ -79,15 +80,59 @@ func TestRoutedWritesShareCommits(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		after := owner.rt.Stats()
+		after, took := owner.rt.Stats(), time.Since(start)
 		got, err := owner.get(context.Background(), owner.stub(t, "x"), struct{}{})
 		require.NoError(t, err)
 		require.Equal(t, callers*rounds, got)
 		commits := after.Commits - before.Commits
-		t.Logf("%d routed writes, %d commits", callers*rounds, commits)
+		t.Logf("%d routed writes, %d commits, in %v", callers*rounds, commits, took)
 		// Every round's writes in one commit, but for the first rounds, while the callers fall into
 		// step: without waiting, the first caller back commits alone and about two commits serve a
 		// round.
 		require.LessOrEqual(t, commits, int64(rounds+rounds/4), "commits for %d rounds of %d callers", rounds, callers)
+		// The batch commits as soon as the last caller is back: a round takes an append and the
+		// slowest caller's round trip, not an append and the longest wait (half an append).
+		slowest := 2 * callers * hop
+		require.Less(t, took, time.Duration(rounds+rounds/4)*(appends+slowest), "%d rounds: each an append of %v and a round trip of %v at most", rounds, appends, slowest)
+	})
+}
+
+// S-CL1: the wait for callers is bounded: after a round of 8 routed callers, one of them writing
+// alone waits for the others at most half as long as the owner's last append took, then commits.
+func TestRoutedWriteAloneWaitsHalfAnAppend(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const (
+			callers = 8
+			appends = 10 * time.Millisecond
+			hop     = 100 * time.Microsecond
+		)
+		c := replogtest.NewMemCluster()
+		owner := openRouted(t, c, "n1", func(o *core.Options) {
+			o.Replication.Log = slowLog{Log: o.Replication.Log, d: appends}
+		})
+		_, err := owner.add(context.Background(), owner.stub(t, "x"), 0)
+		require.NoError(t, err)
+		from := openRouted(t, c, "n2", func(o *core.Options) {
+			o.Replication.Calls = hopCalls{Calls: o.Replication.Calls, d: hop}
+		})
+		for range 2 { // two rounds: the second one's batch holds all of them
+			var wg sync.WaitGroup
+			for range callers {
+				wg.Go(func() {
+					_, err := from.add(context.Background(), from.stub(t, "x"), 1)
+					require.NoError(t, err)
+				})
+			}
+			wg.Wait()
+		}
+
+		start := time.Now()
+		got, err := from.add(context.Background(), from.stub(t, "x"), 1)
+		took := time.Since(start)
+		require.NoError(t, err)
+		require.Equal(t, 2*callers+1, got)
+		t.Logf("a write alone after a round of %d took %v", callers, took)
+		require.LessOrEqual(t, took, appends+appends/2+2*hop, "an append, half an append of waiting, the round trip")
+		require.Greater(t, took, appends+2*hop, "the batch waited for the others")
 	})
 }
