@@ -119,8 +119,9 @@ func TestRoutedWriteAloneWaitsHalfAnAppend(t *testing.T) {
 			var wg sync.WaitGroup
 			for range callers {
 				wg.Go(func() {
-					_, err := from.add(context.Background(), from.stub(t, "x"), 1)
-					require.NoError(t, err)
+					if _, err := from.add(context.Background(), from.stub(t, "x"), 1); err != nil {
+						t.Error(err)
+					}
 				})
 			}
 			wg.Wait()

@@ -30,7 +30,7 @@ type object struct {
 	repl  replicator // cluster mode's side of the object; nil in the single-process runtime
 	state State      // what its code is given; its reset and block fields are the gate holder's
 
-	mu         sync.Mutex // protects the fields down to free: the gate's queue (gate.go) and idleness
+	mu         sync.Mutex // protects the fields down to arrival: the gate's queue (gate.go) and idleness
 	held       bool       // the gate is taken (by a turn, or by eviction)
 	head, tail *waiter    // FIFO of callers waiting for the gate
 	qlen       int        // waiters not cancelled
