@@ -19,6 +19,7 @@ import (
 // routedNode is a runtime of BenchmarkRoutedCall with its two methods on namespace "routed": read
 // returns the counter, write increments it durably.
 type routedNode struct {
+	rt          *core.Runtime
 	ns          *core.Namespace[*core.State]
 	read, write func(ctx context.Context, s *core.Stub[*core.State], _ struct{}) (int64, error)
 	bare        func(ctx context.Context) error // a bare request-reply to this node, if the transport has one
@@ -26,7 +27,7 @@ type routedNode struct {
 
 func newRoutedNode(b *testing.B, rt *core.Runtime) *routedNode {
 	b.Helper()
-	n := &routedNode{ns: counterNS(b, rt)}
+	n := &routedNode{rt: rt, ns: counterNS(b, rt)}
 	var err error
 	n.read, err = core.Define(n.ns, "read", func(ctx context.Context, st *core.State, _ struct{}) (int64, error) {
 		var v int64
@@ -81,7 +82,8 @@ func (l *latencies) report(b *testing.B) {
 // goroutine) and over NATS (transport=nats: 3 embedded JetStream nodes on loopback, 3 replicas,
 // the two runtimes on different nodes: the hop crosses a route). Over NATS, op=read's impl=bare is the
 // floor: a bare request-reply between the two runtimes' connections, answered at once by the
-// subscription's callback. p50-us and p99-us are over the last 65,536 calls.
+// subscription's callback. p50-us and p99-us are over the last 65,536 calls; turns/commit (op=write)
+// is how many turns each of the owner's commits served (group commit), wherever the calls came from.
 func BenchmarkRoutedCall(b *testing.B) {
 	b.Run("transport=mem", func(b *testing.B) {
 		c := replogtest.NewMemCluster()
@@ -170,6 +172,7 @@ func routedCalls(b *testing.B, owner, caller *routedNode) {
 				}
 				b.Run(fmt.Sprintf("op=%s/callers=%d/impl=%s", op, callers, impl), func(b *testing.B) {
 					var lat latencies
+					before := owner.rt.Stats()
 					runCallers(b, callers, "calls/s", func(ctx context.Context) error {
 						start := time.Now()
 						err := call(ctx)
@@ -177,6 +180,12 @@ func routedCalls(b *testing.B, owner, caller *routedNode) {
 						return err
 					})
 					lat.report(b)
+					if op == "write" { // the owner's group commit: the writes each of its commits serves
+						after := owner.rt.Stats()
+						if c := after.Commits - before.Commits; c > 0 {
+							b.ReportMetric(float64(after.Turns-before.Turns)/float64(c), "turns/commit")
+						}
+					}
 				})
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"time"
 
 	"github.com/durable-go/durable/core/internal/telemetry"
 	"github.com/durable-go/durable/core/internal/wsconn"
@@ -94,6 +95,9 @@ type batch struct {
 	timers   bool // a segment in it changed a timer
 	drops    bool // a segment in it deleted the object's facets (DeleteAll): in cluster mode its record says so
 	effects  []effect
+	// gatherEnd is when the batch stops waiting for callers to join it (gather); zero until it first
+	// waits.
+	gatherEnd time.Time
 }
 
 // over reports whether the batch's commit is over (read by the gate holder).
@@ -261,6 +265,9 @@ func (o *object) leave() *batch {
 			runtime.Gosched()
 			queued = o.queued()
 		}
+		if !queued && b.turns < o.expect && b.turns < o.rt.opts.MaxBatch {
+			queued = o.gather(b)
+		}
 		if b.turns >= o.rt.opts.MaxBatch || !queued {
 			o.lastBatch = b.turns
 			o.commit()
@@ -268,6 +275,51 @@ func (o *object) leave() *batch {
 	}
 	return b
 }
+
+// gather waits, in cluster mode, for another caller to queue and join the open batch b, which holds
+// fewer turns than expected: the last batch's and those that queued while it committed. The last
+// batch's callers, released together by its commit, may be on their way back, and in cluster mode
+// that way may be a round trip between nodes (a routed call's reply, then its caller's next
+// request). Committing without them would make them wait for this commit's append to the log and
+// then for their own: two quorum round trips instead of one. The batch waits at most half as long
+// as the last append took, and at most maxGather, counted from its first wait; a caller that queues
+// ends the wait and joins the batch. An object whose callers do not come back (each sends one
+// request) pays that wait once per batch. gather reports whether a caller queued.
+func (o *object) gather(b *batch) bool {
+	if o.repl == nil || o.lastShip <= 0 {
+		return false
+	}
+	now := time.Now()
+	if b.gatherEnd.IsZero() {
+		b.gatherEnd = now.Add(min(o.lastShip/2, maxGather))
+	}
+	d := b.gatherEnd.Sub(now)
+	if d <= 0 {
+		return false
+	}
+	o.mu.Lock()
+	if o.qlen > 0 {
+		o.mu.Unlock()
+		return true
+	}
+	arrival := make(chan struct{})
+	o.arrival = arrival
+	o.mu.Unlock()
+	t := time.NewTimer(d)
+	select {
+	case <-arrival:
+	case <-t.C:
+	}
+	t.Stop()
+	o.mu.Lock()
+	o.arrival = nil
+	queued := o.qlen > 0
+	o.mu.Unlock()
+	return queued
+}
+
+// maxGather bounds how long a batch waits for callers to join it (gather).
+const maxGather = 20 * time.Millisecond
 
 // commit makes the open batch durable, then releases its output and every turn waiting for it. If
 // the batch changed a timer, the runtime's alarm index learns the earliest one before the commit
@@ -298,7 +350,11 @@ func (o *object) commit() error {
 		o.repl.DropFacets(o.facetsTag())
 	}
 	if err == nil && o.repl != nil { // the output waits for the log to hold the commit
+		shipStart := time.Now()
 		err = o.repl.Ship(o.store, b.dirty)
+		if b.dirty {
+			o.lastShip = time.Since(shipStart)
+		}
 	}
 	if err != nil {
 		return o.fail(err)
@@ -314,6 +370,9 @@ func (o *object) commit() error {
 			o.repl.AlarmCommitted(next.at)
 		}
 	}
+	o.mu.Lock() // before its callers are released: those queued now came while it committed
+	o.expect = b.turns + o.qlen
+	o.mu.Unlock()
 	err = b.finish(nil)
 	if o.repl != nil {
 		if serr := o.repl.Committed(o.store); serr != nil {

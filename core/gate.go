@@ -277,6 +277,10 @@ func (o *object) enqueue(w *waiter) {
 	o.tail = w
 	o.qlen++
 	w.t.waiting.Store(o)
+	if o.arrival != nil { // the holder gathers callers for its batch (batch.go)
+		close(o.arrival)
+		o.arrival = nil
+	}
 }
 
 // queued reports whether callers are waiting for the gate.

@@ -30,15 +30,16 @@ type object struct {
 	repl  replicator // cluster mode's side of the object; nil in the single-process runtime
 	state State      // what its code is given; its reset and block fields are the gate holder's
 
-	mu         sync.Mutex // protects the fields down to free: the gate's queue (gate.go) and idleness
+	mu         sync.Mutex // protects the fields down to arrival: the gate's queue (gate.go) and idleness
 	held       bool       // the gate is taken (by a turn, or by eviction)
 	head, tail *waiter    // FIFO of callers waiting for the gate
 	qlen       int        // waiters not cancelled
 	awaiting   int        // turns inside Await (the gate is open for them)
 	evicted    bool
-	lastActive time.Time // for idle eviction, by the runtime's clock
-	lastUse    int64     // the runtime's use sequence at the last release, for LRU order
-	free       []*waiter // recycled waiters (their channels belong to this object)
+	lastActive time.Time     // for idle eviction, by the runtime's clock
+	lastUse    int64         // the runtime's use sequence at the last release, for LRU order
+	free       []*waiter     // recycled waiters (their channels belong to this object)
+	arrival    chan struct{} // closed by the next caller to queue, while the gate holder gathers (batch.go)
 
 	// Atomic: read by anyone, written as each says.
 	holder     atomic.Pointer[turn] // the turn holding the gate (gate.go), for deadlock checks
@@ -55,10 +56,12 @@ type object struct {
 	inst      any
 	built     bool
 	store     *store
-	fresh     bool   // the runtime's tables are not set up in store yet
-	batch     *batch // open group-commit batch, nil when nothing is uncommitted
-	lastBatch int    // turns in the last batch committed
-	holding   *turn  // the turn of a hold (turn.go): the gate held without an instance
+	fresh     bool          // the runtime's tables are not set up in store yet
+	batch     *batch        // open group-commit batch, nil when nothing is uncommitted
+	lastBatch int           // turns in the last batch committed
+	expect    int           // turns the next batch is expected to hold: the last batch's, and those queued as it committed
+	lastShip  time.Duration // how long the last batch's append to the log took (cluster mode)
+	holding   *turn         // the turn of a hold (turn.go): the gate held without an instance
 
 	// The gate holder's, for the alarm run: touched only in alarm.go.
 	alarmRun *alarmRun
