@@ -30,20 +30,22 @@ type member struct {
 	last     time.Time // when this node last heard it
 	ready    bool
 	draining bool
-	shards   map[int]uint64 // the leases it holds, by shard, and their revisions
-	handing  map[int]string // the shards it hands over, and to whom (handover.go)
+	shards   map[int]uint64   // the leases it holds, by shard, and their revisions
+	handing  map[int]string   // the shards it hands over, and to whom (handover.go)
+	warm     map[int][]string // by shard: its recently active objects, to keep warm (warm.go)
 }
 
 // beatMsg is a beat.
 type beatMsg struct {
-	Node     string         `json:"node"`
-	Inc      string         `json:"inc"`
-	Addr     string         `json:"addr,omitempty"`
-	Ready    bool           `json:"ready,omitempty"`
-	Draining bool           `json:"draining,omitempty"`
-	Gone     bool           `json:"gone,omitempty"` // the node closed: forget it
-	Shards   map[int]uint64 `json:"shards,omitempty"`
-	Handing  map[int]string `json:"handing,omitempty"` // shard -> the node it is handed to
+	Node     string           `json:"node"`
+	Inc      string           `json:"inc"`
+	Addr     string           `json:"addr,omitempty"`
+	Ready    bool             `json:"ready,omitempty"`
+	Draining bool             `json:"draining,omitempty"`
+	Gone     bool             `json:"gone,omitempty"` // the node closed: forget it
+	Shards   map[int]uint64   `json:"shards,omitempty"`
+	Handing  map[int]string   `json:"handing,omitempty"` // shard -> the node it is handed to
+	Warm     map[int][]string `json:"warm,omitempty"`    // shard -> its resident objects, most recently active first (warm.go)
 }
 
 // deadAfter is how long a node is thought alive after its last beat: three beats missed.
@@ -75,6 +77,9 @@ func (n *Node) beat(gone bool) {
 			l.mu.Unlock()
 		}
 	}
+	if !gone {
+		msg.Warm = n.warmList(msg.Shards)
+	}
 	b, _ := json.Marshal(msg)
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.LeaseTTL)
 	defer cancel()
@@ -103,7 +108,7 @@ func (n *Node) heard(b []byte) {
 		m = &member{name: msg.Node, inc: msg.Inc, first: now}
 		n.members[msg.Node] = m
 	}
-	m.last, m.ready, m.draining, m.shards, m.addr, m.handing = now, msg.Ready, msg.Draining, msg.Shards, msg.Addr, msg.Handing
+	m.last, m.ready, m.draining, m.shards, m.addr, m.handing, m.warm = now, msg.Ready, msg.Draining, msg.Shards, msg.Addr, msg.Handing, msg.Warm
 	if msg.Node == n.cfg.Node {
 		return
 	}
