@@ -2,13 +2,13 @@ package replica
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"slices"
 	"time"
+
+	"github.com/durable-go/durable/internal/rendezvous"
 )
 
 // Every node beats through the engine's beacon every quarter LeaseTTL, naming the shards it holds
@@ -143,21 +143,7 @@ func (n *Node) eligible(m *member, now time.Time) bool {
 
 // score is a member's rendezvous weight for a shard: the member with the highest weight is
 // picked, so that removing a member moves only its shards, spread evenly over the others.
-func score(node string, shard int) uint64 {
-	h := fnv.New64a()
-	h.Write([]byte(node))
-	var b [9]byte
-	binary.BigEndian.PutUint64(b[1:], uint64(shard))
-	h.Write(b[:])
-	// FNV alone leaves names that differ in one byte ordered alike for most shards: mix it.
-	x := h.Sum64()
-	x ^= x >> 33
-	x *= 0xff51afd7ed558ccd
-	x ^= x >> 33
-	x *= 0xc4ceb9fe1a85ec53
-	x ^= x >> 33
-	return x
-}
+func score(node string, shard int) uint64 { return rendezvous.Score(node, shard) }
 
 // pick returns the eligible member with the highest weight for shard, skipping skip; "" if none.
 // n.mu is held.

@@ -392,11 +392,6 @@ func (x *Object) Ship(st *sqlstore.DB, dirty bool) error {
 	return nil
 }
 
-func recordSumOf(rec []byte) uint64 {
-	r, _ := logrecord.Decode(rec)
-	return r.Sum
-}
-
 // appendOne appends rec after expect and resolves an outcome the log could not tell: by reading the
 // log's head (is it rec?), and appending again while the head has not moved, a few times. It fails
 // with ErrFenced if another writer appended, and with ErrCommitUnknown if the outcome stays unknown.
