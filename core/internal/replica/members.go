@@ -57,7 +57,8 @@ func (n *Node) settleFor() time.Duration { return 2 * n.cfg.LeaseTTL }
 
 // beat sends this node's beat: the leases it holds and can prove valid until its next beat (a node
 // that cannot renew must not keep the others refusing calls in its name), whether it is ready, whether it
-// drains; gone says it closed.
+// drains, and the recently active objects of those shards, for their next owner to keep warm
+// (warm.go); gone says it closed.
 func (n *Node) beat(gone bool) {
 	now := n.cfg.Now()
 	msg := beatMsg{Node: n.cfg.Node, Inc: n.inc, Addr: n.cfg.Advertise, Gone: gone, Shards: map[int]uint64{}}

@@ -244,8 +244,10 @@ type warmHost struct {
 
 func (h warmHost) OpenDB() (*sqlstore.DB, bool, error) {
 	for _, check := range []func(string) (string, error){datadir.HeaderDamage, datadir.WALHeaderDamage} {
-		if why, err := check(h.path); err != nil || why != "" {
-			return nil, false, errors.Join(err, errors.New(why))
+		if why, err := check(h.path); err != nil {
+			return nil, false, err
+		} else if why != "" {
+			return nil, false, fmt.Errorf("core: damaged local file: %s", why)
 		}
 	}
 	st, err := sqlstore.Open(h.path, "NORMAL", "_durable_", func() ([]byte, error) { return nil, errNoWarmFile })
