@@ -4,6 +4,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/durable-go/durable/core/internal/datadir"
 	"github.com/durable-go/durable/core/internal/replica"
 	"github.com/durable-go/durable/replog"
 )
@@ -171,7 +172,7 @@ func (rt *Runtime) openReplication() error {
 		return nil
 	}
 	cfg := replica.Config{Node: r.Node, Advertise: r.Advertise, Log: r.Log, Leases: r.Leases, Beacon: r.Beacon, LeaseTTL: r.LeaseTTL,
-		SnapshotEvery: r.SnapshotEvery, Now: rt.now, Logger: rt.log, Evict: rt.evictShard}
+		SnapshotEvery: r.SnapshotEvery, Now: rt.now, Logger: rt.log, Evict: rt.evictShard, LocalFile: rt.localFile, Replaced: rt.forgetFile}
 	cfg.LeaseTTL = r.leaseTTL()
 	orDefault(&cfg.SnapshotEvery, 1000)
 	n, err := replica.Start(cfg)
@@ -204,6 +205,18 @@ func (rt *Runtime) evictShard(shard int) {
 			}
 		}
 	}
+}
+
+// localFile returns the path of the database file of the top-level object ns/name, for a warm
+// catch-up; "" if ns is not registered here.
+func (rt *Runtime) localFile(nsName, name string) string {
+	rt.mu.RLock()
+	ns := rt.namespaces[nsName]
+	rt.mu.RUnlock()
+	if ns == nil {
+		return ""
+	}
+	return datadir.DBFile(ns.dir, objectID(nsName, name))
 }
 
 // leaseTTL is the lease time in force.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	"github.com/durable-go/durable/internal/logrecord"
 )
@@ -28,6 +29,9 @@ type logState struct {
 	blobs    []string   // the blobs of the last snapshot, deleted when the next one is in
 	facets   bool       // the log is known to hold facets' records: snapshots carry every database
 	scanned  *lease     // the lease under which the log was read and found without facets' records
+	// active is when an Object of the log last committed or took the log over here (Unix ns, by
+	// the runtime's clock; 0: never): beats name the most recent, for warm takeover (warm.go).
+	active atomic.Int64
 }
 
 // Facet returns the cluster side of a facet of the object ns/name: its database's path below the

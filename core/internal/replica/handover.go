@@ -3,6 +3,8 @@ package replica
 import (
 	"slices"
 	"time"
+
+	"github.com/durable-go/durable/internal/rendezvous"
 )
 
 // Placement converges. A node that holds a shard whose rendezvous pick is another node (live,
@@ -39,15 +41,7 @@ const (
 
 // Place returns the node among nodes that rendezvous hashing picks for shard: the one of highest
 // weight; "" if nodes is empty.
-func Place(shard int, nodes []string) string {
-	best, bestScore := "", uint64(0)
-	for _, name := range nodes {
-		if s := score(name, shard); best == "" || s > bestScore || s == bestScore && name < best {
-			best, bestScore = name, s
-		}
-	}
-	return best
-}
+func Place(shard int, nodes []string) string { return rendezvous.Place(shard, nodes) }
 
 // belongsTo names the node that should hold shard, of this node and the eligible members: this
 // node counts whenever it does not drain (a node that holds a shard gives it only to a node that

@@ -2,13 +2,13 @@ package replica
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"slices"
 	"time"
+
+	"github.com/durable-go/durable/internal/rendezvous"
 )
 
 // Every node beats through the engine's beacon every quarter LeaseTTL, naming the shards it holds
@@ -30,20 +30,22 @@ type member struct {
 	last     time.Time // when this node last heard it
 	ready    bool
 	draining bool
-	shards   map[int]uint64 // the leases it holds, by shard, and their revisions
-	handing  map[int]string // the shards it hands over, and to whom (handover.go)
+	shards   map[int]uint64   // the leases it holds, by shard, and their revisions
+	handing  map[int]string   // the shards it hands over, and to whom (handover.go)
+	warm     map[int][]string // by shard: its recently active objects, to keep warm (warm.go)
 }
 
 // beatMsg is a beat.
 type beatMsg struct {
-	Node     string         `json:"node"`
-	Inc      string         `json:"inc"`
-	Addr     string         `json:"addr,omitempty"`
-	Ready    bool           `json:"ready,omitempty"`
-	Draining bool           `json:"draining,omitempty"`
-	Gone     bool           `json:"gone,omitempty"` // the node closed: forget it
-	Shards   map[int]uint64 `json:"shards,omitempty"`
-	Handing  map[int]string `json:"handing,omitempty"` // shard -> the node it is handed to
+	Node     string           `json:"node"`
+	Inc      string           `json:"inc"`
+	Addr     string           `json:"addr,omitempty"`
+	Ready    bool             `json:"ready,omitempty"`
+	Draining bool             `json:"draining,omitempty"`
+	Gone     bool             `json:"gone,omitempty"` // the node closed: forget it
+	Shards   map[int]uint64   `json:"shards,omitempty"`
+	Handing  map[int]string   `json:"handing,omitempty"` // shard -> the node it is handed to
+	Warm     map[int][]string `json:"warm,omitempty"`    // shard -> its resident objects, most recently active first (warm.go)
 }
 
 // deadAfter is how long a node is thought alive after its last beat: three beats missed.
@@ -55,7 +57,8 @@ func (n *Node) settleFor() time.Duration { return 2 * n.cfg.LeaseTTL }
 
 // beat sends this node's beat: the leases it holds and can prove valid until its next beat (a node
 // that cannot renew must not keep the others refusing calls in its name), whether it is ready, whether it
-// drains; gone says it closed.
+// drains, and the recently active objects of those shards, for their next owner to keep warm
+// (warm.go); gone says it closed.
 func (n *Node) beat(gone bool) {
 	now := n.cfg.Now()
 	msg := beatMsg{Node: n.cfg.Node, Inc: n.inc, Addr: n.cfg.Advertise, Gone: gone, Shards: map[int]uint64{}}
@@ -74,6 +77,9 @@ func (n *Node) beat(gone bool) {
 			msg.Shards[l.shard] = l.rev
 			l.mu.Unlock()
 		}
+	}
+	if !gone {
+		msg.Warm = n.warmList(msg.Shards)
 	}
 	b, _ := json.Marshal(msg)
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.LeaseTTL)
@@ -103,7 +109,7 @@ func (n *Node) heard(b []byte) {
 		m = &member{name: msg.Node, inc: msg.Inc, first: now}
 		n.members[msg.Node] = m
 	}
-	m.last, m.ready, m.draining, m.shards, m.addr, m.handing = now, msg.Ready, msg.Draining, msg.Shards, msg.Addr, msg.Handing
+	m.last, m.ready, m.draining, m.shards, m.addr, m.handing, m.warm = now, msg.Ready, msg.Draining, msg.Shards, msg.Addr, msg.Handing, msg.Warm
 	if msg.Node == n.cfg.Node {
 		return
 	}
@@ -138,21 +144,7 @@ func (n *Node) eligible(m *member, now time.Time) bool {
 
 // score is a member's rendezvous weight for a shard: the member with the highest weight is
 // picked, so that removing a member moves only its shards, spread evenly over the others.
-func score(node string, shard int) uint64 {
-	h := fnv.New64a()
-	h.Write([]byte(node))
-	var b [9]byte
-	binary.BigEndian.PutUint64(b[1:], uint64(shard))
-	h.Write(b[:])
-	// FNV alone leaves names that differ in one byte ordered alike for most shards: mix it.
-	x := h.Sum64()
-	x ^= x >> 33
-	x *= 0xff51afd7ed558ccd
-	x ^= x >> 33
-	x *= 0xc4ceb9fe1a85ec53
-	x ^= x >> 33
-	return x
-}
+func score(node string, shard int) uint64 { return rendezvous.Score(node, shard) }
 
 // pick returns the eligible member with the highest weight for shard, skipping skip; "" if none.
 // n.mu is held.

@@ -43,6 +43,11 @@ type Config struct {
 	// Evict closes the resident objects of shard that are idle, for a hand-over (handover.go): the
 	// last one closed hands the lease back. The placer calls it; nil closes none.
 	Evict func(shard int)
+	// LocalFile returns the path of the local file of the object ns/name on this node, for a warm
+	// catch-up (warm.go); "" if its namespace is not served here. Nil keeps no file warm.
+	LocalFile func(ns, name string) string
+	// Replaced is told that a warm catch-up replaced the local file at path (rebuilt it).
+	Replaced func(path string)
 }
 
 // Node is the runtime's side of cluster mode: the shard leases this node holds, renewed by one
@@ -82,8 +87,8 @@ type Node struct {
 	commits, records, recordBytes, pageBytes, snapshots atomic.Int64
 }
 
-// Start starts a node's cluster mode: its renewer, its placer and its beacon listener run until
-// Close.
+// Start starts a node's cluster mode: its renewer, its placer, its warmer and its beacon listener
+// run until Close.
 func Start(cfg Config) (*Node, error) {
 	var rnd [8]byte
 	rand.Read(rnd[:])
@@ -100,6 +105,7 @@ func Start(cfg Config) (*Node, error) {
 	n.stopListen = stop
 	n.done.Go(n.renewer)
 	n.done.Go(n.placer)
+	n.done.Go(n.warmer)
 	return n, nil
 }
 
@@ -248,7 +254,8 @@ func (n *Node) engineAnswered() {
 	n.mu.Unlock()
 }
 
-// Close stops the renewer, the placer and the listener, and hands back the leases still held
+// Close stops the renewer, the placer, the warmer (after its catch-up under way) and the listener,
+// and hands back the leases still held
 // (of objects that could not be closed).
 func (n *Node) Close() error {
 	n.stopOnce.Do(func() { close(n.stop) })

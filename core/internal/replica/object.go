@@ -155,6 +155,7 @@ func (x *Object) openEpoch(h Host) error {
 		lg.records++
 		lg.open = x.lease
 		lg.gen++
+		lg.active.Store(x.n.cfg.Now().UnixNano())
 		x.gen = lg.gen
 		h.Indexed()
 		return nil
@@ -386,13 +387,9 @@ func (x *Object) Ship(st *sqlstore.DB, dirty bool) error {
 	}
 	x.shipFull = false
 	lg.records += len(recs)
+	lg.active.Store(x.n.cfg.Now().UnixNano())
 	x.n.shipped(c, recs)
 	return nil
-}
-
-func recordSumOf(rec []byte) uint64 {
-	r, _ := logrecord.Decode(rec)
-	return r.Sum
 }
 
 // appendOne appends rec after expect and resolves an outcome the log could not tell: by reading the

@@ -261,3 +261,9 @@ func decodeSnapshot(b []byte) (*snapshotInfo, error) {
 	s.Blob = string(b[56:])
 	return s, nil
 }
+
+// recordSumOf returns the checksum of an encoded record.
+func recordSumOf(rec []byte) uint64 {
+	r, _ := logrecord.Decode(rec)
+	return r.Sum
+}
