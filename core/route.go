@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/durable-go/durable/replog"
@@ -234,6 +235,7 @@ func (ro *router) call(ctx context.Context, rc *routedCall) error {
 	// goes nowhere else from then on (another node would run it a second time), only to that node
 	// again, with the same id, which answers it from its memory if it ran it.
 	var ran string
+	silent := map[string]bool{} // nodes found silent while a call to them waited: not watched again
 	for attempt := range ro.opts.attempts {
 		if attempt > 0 && target == "" {
 			target, _ = ro.rt.cluster.Owner(shard)
@@ -272,7 +274,7 @@ func (ro *router) call(ctx context.Context, rc *routedCall) error {
 				return err
 			}
 		}
-		reply, err := ro.send(ctx, target, req)
+		reply, err := ro.send(ctx, target, req, !silent[target])
 		if err != nil {
 			if errors.Is(err, replog.ErrCallTooLarge) {
 				return rc.err(fmt.Errorf("%w: %w", ErrTooLarge, err))
@@ -290,6 +292,10 @@ func (ro *router) call(ctx context.Context, rc *routedCall) error {
 			}
 			if ran == "" {
 				target = ""
+			}
+			if errors.Is(err, errSilent) { // S-CL14: asked again at once, whether it is there at all
+				silent[target] = true
+				continue
 			}
 			if err := ro.backoff(ctx, attempt); err != nil {
 				return last
@@ -368,11 +374,46 @@ func (ro *router) backoffUntil(ctx context.Context, attempt int, until time.Time
 	}
 }
 
-// send sends one attempt of a call to node.
-func (ro *router) send(ctx context.Context, node string, req []byte) ([]byte, error) {
+// errSilent is an attempt given up because its node stopped beating while it waited for the
+// answer.
+var errSilent = errors.New("the node stopped beating while the call waited for its answer")
+
+// send sends one attempt of a call to node. With watch, the attempt is given up (errSilent, with
+// replog.ErrNoReply) as soon as node stops beating: the call is then sent again at once, with the
+// same id, which a node killed while it ran the call cannot take (the call fails at once with
+// ErrCommitUnknown), and a node paused while it ran it answers as it would have.
+func (ro *router) send(ctx context.Context, node string, req []byte, watch bool) ([]byte, error) {
 	actx, cancel := context.WithTimeout(ctx, ro.opts.timeout)
 	defer cancel()
-	return ro.calls.Send(actx, node, req)
+	if !watch {
+		return ro.calls.Send(actx, node, req)
+	}
+	var silent atomic.Bool
+	watched := make(chan struct{})
+	go func() { // owned by send, which waits for it
+		defer close(watched)
+		t := time.NewTicker(ro.rt.cluster.LeaseTTL() / 8)
+		defer t.Stop()
+		for {
+			select {
+			case <-actx.Done():
+				return
+			case <-t.C:
+				if ro.rt.cluster.Silent(node) {
+					silent.Store(true)
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	reply, err := ro.calls.Send(actx, node, req)
+	cancel()
+	<-watched
+	if err != nil && silent.Load() && ctx.Err() == nil {
+		return nil, fmt.Errorf("%w: %w", errSilent, err)
+	}
+	return reply, err
 }
 
 // request encodes rc for sending, with a new request id.

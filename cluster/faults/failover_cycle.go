@@ -169,6 +169,7 @@ func (f *failover) cycle(s string, k int) {
 	var t0 time.Time
 	var election time.Duration
 	var wg sync.WaitGroup
+	f.traceFrom(time.Now())
 	switch s {
 	case ScenarioAll:
 		for _, p := range f.h.procs {
@@ -221,6 +222,7 @@ func (f *failover) cycle(s string, k int) {
 	for i := range samples {
 		samples[i].Election = election
 	}
+	f.printTrace(samples, t0)
 	f.rep.Samples = append(f.rep.Samples, samples...)
 	if victim != "" && !f.proc(victim).running() {
 		f.h.launch(f.proc(victim))

@@ -98,6 +98,9 @@ func (n *Node) renew(l *lease) error {
 			nrev, err = n.cfg.Leases.Put(ctx, l.shard, value, grev)
 		}
 	}
+	if took := n.cfg.Now().Sub(start); err != nil || took > n.cfg.LeaseTTL/2 {
+		n.cfg.Logger.Debug("a renewal was slow or failed", "event", "lease_renew_slow", "shard", l.shard, "took", took, "error", err)
+	}
 	l.mu.Lock()
 	switch {
 	case err == nil:

@@ -239,11 +239,18 @@ func (n *Node) placer() {
 		case <-t.C:
 		case <-n.wake:
 		}
+		t0 := n.cfg.Now()
 		n.takeOffered()
-		for _, shard := range n.orphans() {
+		t1 := n.cfg.Now()
+		orph := n.orphans()
+		for _, shard := range orph {
 			n.takeOver(shard, "whose node stopped beating")
 		}
+		t2 := n.cfg.Now()
 		n.rebalance()
+		if t3 := n.cfg.Now(); t3.Sub(t0) > n.cfg.LeaseTTL/2 {
+			n.cfg.Logger.Debug("a placer round was slow", "event", "placer_slow", "offered", t1.Sub(t0), "orphans", orph, "takeovers", t2.Sub(t1), "rebalance", t3.Sub(t2))
+		}
 	}
 }
 
