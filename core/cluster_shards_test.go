@@ -289,3 +289,52 @@ func TestClusterSlowTakeoverReadCountsFromTheLastRenewal(t *testing.T) {
 		n1.rt.Close()
 	})
 }
+
+// S-CL12: the takeover of a dead node's shard whose stream has no leader (the engine holds its
+// calls, as a stream electing one does) waits for it without holding up the takeover of the dead
+// node's other shards: each is taken over within 1.5 LeaseTTL all the same.
+func TestClusterTakeoverOfALeaderlessShardHoldsUpNoOther(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := replogtest.NewMemCluster()
+		n1 := openNode(t, c, "n1")
+		n2 := openNode(t, c, "n2")
+		defer n2.rt.Close()
+		time.Sleep(3 * clusterTTL) // settled
+		// Two objects of node 1's, in two shards; the lower one's stream loses its leader, and the
+		// survivor's takeovers go in the order of the shards.
+		var names []string
+		var shards []int
+		for _, name := range placedAt(c, "n1", []string{"n1", "n2"}, 40) {
+			if s := c.ShardOf("kv/" + name); len(shards) == 0 || s != shards[0] {
+				names, shards = append(names, name), append(shards, s)
+			}
+			if len(shards) == 2 {
+				break
+			}
+		}
+		if shards[0] > shards[1] {
+			names[0], names[1], shards[0], shards[1] = names[1], names[0], shards[1], shards[0]
+		}
+		for _, name := range names {
+			require.NoError(t, n1.put(name, "k", "v"+name))
+		}
+		synctest.Wait()
+		n1.view.CutBeacon(true) // node 1 dies
+		n1.view.CutLeases(true)
+		n1.view.CutLog(true)
+		c.HoldShard(shards[0], true)
+		time.Sleep(clusterTTL + clusterTTL/2)
+		require.Equal(t, int64(1), n2.rt.Stats().Cluster.HeldLeases, "shard %d taken over while shard %d has no leader", shards[1], shards[0])
+		v, err := n2.get(names[1], "k")
+		require.NoError(t, err)
+		require.Equal(t, "v"+names[1], v)
+
+		c.HoldShard(shards[0], false) // elected
+		time.Sleep(clusterTTL / 4)
+		require.Equal(t, int64(2), n2.rt.Stats().Cluster.HeldLeases, "shard %d taken over once it has a leader", shards[0])
+		v, err = n2.get(names[0], "k")
+		require.NoError(t, err)
+		require.Equal(t, "v"+names[0], v)
+		n1.rt.Close()
+	})
+}

@@ -220,7 +220,7 @@ func (n *Node) takeOffered() {
 	}
 	slices.Sort(shards)
 	for _, shard := range shards {
-		n.takeOver(shard, "handed over")
+		n.takeOverAside(shard, "handed over")
 	}
 }
 

@@ -239,18 +239,11 @@ func (n *Node) placer() {
 		case <-t.C:
 		case <-n.wake:
 		}
-		t0 := n.cfg.Now()
 		n.takeOffered()
-		t1 := n.cfg.Now()
-		orph := n.orphans()
-		for _, shard := range orph {
-			n.takeOver(shard, "whose node stopped beating")
+		for _, shard := range n.orphans() {
+			n.takeOverAside(shard, "whose node stopped beating")
 		}
-		t2 := n.cfg.Now()
 		n.rebalance()
-		if t3 := n.cfg.Now(); t3.Sub(t0) > n.cfg.LeaseTTL/2 {
-			n.cfg.Logger.Debug("a placer round was slow", "event", "placer_slow", "offered", t1.Sub(t0), "orphans", orph, "takeovers", t2.Sub(t1), "rebalance", t3.Sub(t2))
-		}
 	}
 }
 
@@ -279,6 +272,27 @@ func (n *Node) orphans() []int {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// takeOverAside runs takeOver in a goroutine of its own, owned by the Node, unless one for shard is
+// under way: a takeover whose stream has no leader (it lost its raft leader with the dead node)
+// waits for an election, and must not hold up the other shards' takeovers behind it.
+func (n *Node) takeOverAside(shard int, why string) {
+	n.mu.Lock()
+	if n.takingOver[shard] {
+		n.mu.Unlock()
+		return
+	}
+	n.takingOver[shard] = true
+	n.mu.Unlock()
+	n.done.Go(func() {
+		defer func() {
+			n.mu.Lock()
+			delete(n.takingOver, shard)
+			n.mu.Unlock()
+		}()
+		n.takeOver(shard, why)
+	})
 }
 
 // takeOver takes the lease of a dead node's shard, or of one handed to this node, and keeps it,
