@@ -2,6 +2,7 @@ package core_test
 
 import (
 	"context"
+	"log/slog"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -336,5 +337,41 @@ func TestClusterTakeoverOfALeaderlessShardHoldsUpNoOther(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "v"+names[0], v)
 		n1.rt.Close()
+	})
+}
+
+// S-CL12: a shard whose stream has no leader (the engine holds its calls) is not handed over to the
+// node it belongs to: the hand-over needs the stream, and would meanwhile refuse the shard's calls
+// here, naming a node that cannot take it either. It is handed over once its stream answers.
+func TestClusterNoHandOverWhileTheShardHasNoLeader(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := replogtest.NewMemCluster()
+		logs := newLogCapture()
+		n1 := openNode(t, c, "n1", func(o *core.Options) {
+			o.Logger = slog.New(logs)
+			o.IdleTimeout = time.Hour // resident throughout: only a hand-over closes it
+		})
+		defer n1.rt.Close()
+		time.Sleep(clusterTTL)
+		name := placedAt(c, "n2", []string{"n1", "n2"}, 1)[0] // n2's, once it has joined
+		shard := c.ShardOf("kv/" + name)
+		require.NoError(t, n1.put(name, "k", "v"))
+		synctest.Wait()
+		c.HoldShard(shard, true)
+		n2 := openNode(t, c, "n2")
+		defer n2.rt.Close()
+		time.Sleep(4 * clusterTTL) // n2 has settled: the shard belongs to it
+		_, handed := logs.find("shard_handover shard=" + strconv.Itoa(shard))
+		require.False(t, handed, "no hand-over while the shard's stream has no leader")
+
+		c.HoldShard(shard, false)
+		start := time.Now()
+		for n2.rt.Stats().Cluster.HeldLeases == 0 {
+			time.Sleep(clusterTTL / 16)
+			require.Less(t, time.Since(start), 4*clusterTTL, "never handed over once the stream answered")
+		}
+		v, err := n2.get(name, "k")
+		require.NoError(t, err)
+		require.Equal(t, "v", v)
 	})
 }

@@ -84,14 +84,8 @@ func (x *Object) Resume(h Host) error { return x.claim(h, true) }
 // Shard is the object's shard.
 func (x *Object) Shard() int { return x.shard }
 
-func (x *Object) claim(h Host, resume bool) (err error) {
+func (x *Object) claim(h Host, resume bool) error {
 	n := x.n
-	start := n.cfg.Now()
-	defer func() {
-		if took := n.cfg.Now().Sub(start); err != nil || took > n.cfg.LeaseTTL/2 {
-			n.cfg.Logger.Debug("a claim was slow or failed", "event", "claim_slow", "namespace", x.ns, "name", x.name, "shard", x.shard, "took", took, "error", err)
-		}
-	}()
 	if x.lease != nil {
 		if to := n.handingTo(x.shard); to != "" && !resume { // no new turn of a shard handed over
 			return &NotOwner{Key: x.key, Holder: to, Until: n.cfg.Now()}
