@@ -21,7 +21,9 @@
 //   - The Node owns three goroutines: the renewer (a round every quarter LeaseTTL: renewals, each
 //     in a goroutine of its own that the Node waits for, then a beat), the placer (every eighth
 //     LeaseTTL, or at once when a shard is handed to this node: takeovers of dead nodes' shards
-//     and of shards handed over, hand-overs, closing a shard's idle objects through Config.Evict)
+//     and of shards handed over, each in a goroutine of its own that the Node waits for (at most
+//     one per shard, so that a shard whose stream elects a leader holds up no other), hand-overs,
+//     closing a shard's idle objects through Config.Evict)
 //     and the beacon's listener; after ServeAlarms two more: the alarm worker (listings of taken
 //     shards, entries made exact after commits) and the alarm sweeper (every 2 LeaseTTL: shards
 //     with alarms and no live holder). Close stops them all and waits.
