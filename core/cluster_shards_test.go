@@ -2,6 +2,7 @@ package core_test
 
 import (
 	"context"
+	"log/slog"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -287,5 +288,90 @@ func TestClusterSlowTakeoverReadCountsFromTheLastRenewal(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "v", v)
 		n1.rt.Close()
+	})
+}
+
+// S-CL12: the takeover of a dead node's shard whose stream has no leader (the engine holds its
+// calls, as a stream electing one does) waits for it without holding up the takeover of the dead
+// node's other shards: each is taken over within 1.5 LeaseTTL all the same.
+func TestClusterTakeoverOfALeaderlessShardHoldsUpNoOther(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := replogtest.NewMemCluster()
+		n1 := openNode(t, c, "n1")
+		n2 := openNode(t, c, "n2")
+		defer n2.rt.Close()
+		time.Sleep(3 * clusterTTL) // settled
+		// Two objects of node 1's, in two shards; the lower one's stream loses its leader, and the
+		// survivor's takeovers go in the order of the shards.
+		var names []string
+		var shards []int
+		for _, name := range placedAt(c, "n1", []string{"n1", "n2"}, 40) {
+			if s := c.ShardOf("kv/" + name); len(shards) == 0 || s != shards[0] {
+				names, shards = append(names, name), append(shards, s)
+			}
+			if len(shards) == 2 {
+				break
+			}
+		}
+		if shards[0] > shards[1] {
+			names[0], names[1], shards[0], shards[1] = names[1], names[0], shards[1], shards[0]
+		}
+		for _, name := range names {
+			require.NoError(t, n1.put(name, "k", "v"+name))
+		}
+		synctest.Wait()
+		n1.view.CutBeacon(true) // node 1 dies
+		n1.view.CutLeases(true)
+		n1.view.CutLog(true)
+		c.HoldShard(shards[0], true)
+		time.Sleep(clusterTTL + clusterTTL/2)
+		require.Equal(t, int64(1), n2.rt.Stats().Cluster.HeldLeases, "shard %d taken over while shard %d has no leader", shards[1], shards[0])
+		v, err := n2.get(names[1], "k")
+		require.NoError(t, err)
+		require.Equal(t, "v"+names[1], v)
+
+		c.HoldShard(shards[0], false) // elected
+		time.Sleep(clusterTTL / 4)
+		require.Equal(t, int64(2), n2.rt.Stats().Cluster.HeldLeases, "shard %d taken over once it has a leader", shards[0])
+		v, err = n2.get(names[0], "k")
+		require.NoError(t, err)
+		require.Equal(t, "v"+names[0], v)
+		n1.rt.Close()
+	})
+}
+
+// S-CL12: a shard whose stream has no leader (the engine holds its calls) is not handed over to the
+// node it belongs to: the hand-over needs the stream, and would meanwhile refuse the shard's calls
+// here, naming a node that cannot take it either. It is handed over once its stream answers.
+func TestClusterNoHandOverWhileTheShardHasNoLeader(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := replogtest.NewMemCluster()
+		logs := newLogCapture()
+		n1 := openNode(t, c, "n1", func(o *core.Options) {
+			o.Logger = slog.New(logs)
+			o.IdleTimeout = time.Hour // resident throughout: only a hand-over closes it
+		})
+		defer n1.rt.Close()
+		time.Sleep(clusterTTL)
+		name := placedAt(c, "n2", []string{"n1", "n2"}, 1)[0] // n2's, once it has joined
+		shard := c.ShardOf("kv/" + name)
+		require.NoError(t, n1.put(name, "k", "v"))
+		synctest.Wait()
+		c.HoldShard(shard, true)
+		n2 := openNode(t, c, "n2")
+		defer n2.rt.Close()
+		time.Sleep(4 * clusterTTL) // n2 has settled: the shard belongs to it
+		_, handed := logs.find("shard_handover shard=" + strconv.Itoa(shard))
+		require.False(t, handed, "no hand-over while the shard's stream has no leader")
+
+		c.HoldShard(shard, false)
+		start := time.Now()
+		for n2.rt.Stats().Cluster.HeldLeases == 0 {
+			time.Sleep(clusterTTL / 16)
+			require.Less(t, time.Since(start), 4*clusterTTL, "never handed over once the stream answered")
+		}
+		v, err := n2.get(name, "k")
+		require.NoError(t, err)
+		require.Equal(t, "v", v)
 	})
 }

@@ -234,6 +234,7 @@ func (ro *router) call(ctx context.Context, rc *routedCall) error {
 	// goes nowhere else from then on (another node would run it a second time), only to that node
 	// again, with the same id, which answers it from its memory if it ran it.
 	var ran string
+	silent := map[string]bool{} // nodes found silent while a call to them waited: not watched again
 	for attempt := range ro.opts.attempts {
 		if attempt > 0 && target == "" {
 			target, _ = ro.rt.cluster.Owner(shard)
@@ -272,7 +273,7 @@ func (ro *router) call(ctx context.Context, rc *routedCall) error {
 				return err
 			}
 		}
-		reply, err := ro.send(ctx, target, req)
+		reply, err := ro.send(ctx, target, req, !silent[target])
 		if err != nil {
 			if errors.Is(err, replog.ErrCallTooLarge) {
 				return rc.err(fmt.Errorf("%w: %w", ErrTooLarge, err))
@@ -290,6 +291,10 @@ func (ro *router) call(ctx context.Context, rc *routedCall) error {
 			}
 			if ran == "" {
 				target = ""
+			}
+			if errors.Is(err, errSilent) { // S-CL14: asked again at once, whether it is there at all
+				silent[target] = true
+				continue
 			}
 			if err := ro.backoff(ctx, attempt); err != nil {
 				return last
@@ -366,13 +371,6 @@ func (ro *router) backoffUntil(ctx context.Context, attempt int, until time.Time
 	case <-t.C:
 		return nil
 	}
-}
-
-// send sends one attempt of a call to node.
-func (ro *router) send(ctx context.Context, node string, req []byte) ([]byte, error) {
-	actx, cancel := context.WithTimeout(ctx, ro.opts.timeout)
-	defer cancel()
-	return ro.calls.Send(actx, node, req)
 }
 
 // request encodes rc for sending, with a new request id.

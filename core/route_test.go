@@ -576,9 +576,10 @@ func TestMethodCallFollowsFenced(t *testing.T) {
 		require.Equal(t, int64(2), n1.runs.Load(), "node 1 ran add, and the call once: fenced")
 		require.Equal(t, int64(2), n2.runs.Load(), "node 2 ran add, then the call sent again")
 		sent := n3.calls.log()
-		require.Len(t, sent, 2)
-		require.True(t, strings.HasPrefix(sent[0], "n1 ") && strings.HasPrefix(sent[1], "n2 "), "%v", sent)
-		require.Equal(t, sent[0][3:], sent[1][3:], "with the same id")
+		// Sent to n1, again to n1 once it fell silent (the same call, joined), then to n2.
+		require.Len(t, sent, 3)
+		require.True(t, strings.HasPrefix(sent[0], "n1 ") && sent[1] == sent[0] && strings.HasPrefix(sent[2], "n2 "), "%v", sent)
+		require.Equal(t, sent[0][3:], sent[2][3:], "with the same id")
 	})
 }
 
@@ -615,5 +616,36 @@ func TestServeHTTPRelayedResponseTooLarge(t *testing.T) {
 		w = httptest.NewRecorder()
 		n2.stub(t, "x").ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/?pad=100000", nil))
 		require.Equal(t, http.StatusBadGateway, w.Code)
+	})
+}
+
+// S-CL14: a node that stops beating while a call sent to it runs there is asked again at once, with
+// the same id, rather than at the attempt's timeout: killed (gone from the calls too), it cannot
+// be reached, and the call fails with ErrCommitUnknown (it may have run there) within a few beats.
+func TestMethodCallOwnerSilentIsUnknownAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := replogtest.NewMemCluster()
+		n1, n2 := openRouted(t, c, "n1"), openRouted(t, c, "n2")
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, err := n1.add(ctx, n1.stub(t, "x"), 1)
+		require.NoError(t, err)
+		runs := n1.runs.Load()
+		done := make(chan error, 1)
+		start := time.Now()
+		go func() { _, err := n2.block(ctx, n2.stub(t, "x"), struct{}{}); done <- err }()
+		time.Sleep(clusterTTL / 8)
+		synctest.Wait()
+		require.Equal(t, runs+1, n1.runs.Load(), "running at n1")
+		n1.view.CutBeacon(true) // n1 dies with the call running: silent, and unreachable
+		n1.view.CutCalls(true)
+		err = <-done
+		require.ErrorIs(t, err, core.ErrCommitUnknown)
+		require.False(t, core.IsRetryable(err))
+		require.Less(t, time.Since(start), 2*clusterTTL, "given up once n1 is silent, not at CallTimeout (10 s)")
+		sent := n2.calls.log()
+		require.Len(t, sent, 2, "asked again once n1 was silent")
+		require.Equal(t, sent[0], sent[1], "with the same id, to n1")
+		close(n1.gate)
 	})
 }

@@ -34,6 +34,9 @@ type FailoverConfig struct {
 	Budget    time.Duration // a call not acknowledged within it fails (default 10 s)
 	Cap       time.Duration // how long an object is waited for after a kill (default 60 s)
 	Logf      func(format string, args ...any)
+	// Trace, if above 0, prints after each kill the attempts since the kill of every object that
+	// took longer than it to be served again: node, start and end (from the kill), and outcome.
+	Trace time.Duration
 }
 
 // Sample is one object's time to serve again after one kill.
@@ -69,6 +72,8 @@ type failover struct {
 	mu   sync.Mutex
 	acks map[string][]callResult // key -> its acknowledged calls (not those acknowledged late)
 	last map[string]callResult   // key -> its last acknowledged call
+	tr   map[string][]attempt    // key -> its attempts since the last kill (with Trace)
+	t0   time.Time               // the last kill (with Trace)
 }
 
 // RunFailover starts cfg.Nodes node processes of the runtime target, writes cfg.Objects objects
@@ -114,6 +119,10 @@ func RunFailover(t testing.TB, cfg FailoverConfig) *FailoverReport {
 	for i := range cfg.Objects {
 		f.keys = append(f.keys, fmt.Sprintf("%s/o%d", registerNS, i))
 		f.router.guess[f.keys[i]] = i % cfg.Nodes // spread the objects' first owners
+	}
+	if cfg.Trace > 0 {
+		f.tr = map[string][]attempt{}
+		f.router.traced = f.traced
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -218,5 +227,55 @@ func (f *failover) settle() {
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
+	}
+}
+
+// traced keeps an attempt made since the last kill (the router's hook, with Trace).
+func (f *failover) traced(key string, a attempt) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.t0.IsZero() && !a.end.Before(f.t0) {
+		f.tr[key] = append(f.tr[key], a)
+	}
+}
+
+// traceFrom starts keeping the attempts that end after t0 (with Trace).
+func (f *failover) traceFrom(t0 time.Time) {
+	if f.cfg.Trace <= 0 {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.t0 = t0
+	clear(f.tr)
+}
+
+// printTrace prints the attempts since the kill of each sample slower than Trace.
+func (f *failover) printTrace(samples []Sample, t0 time.Time) {
+	if f.cfg.Trace <= 0 {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, smp := range samples {
+		if smp.Took <= f.cfg.Trace {
+			continue
+		}
+		var b strings.Builder
+		fmt.Fprintf(&b, "faults: trace %s kill %d at %s: %s (%s, shard %s) served after %.2fs:", smp.Scenario, smp.Kill, t0.UTC().Format("15:04:05.000"), smp.Key, smp.Class, objectGroups(smp.Key, f.cfg.Shards)[0], smp.Took.Seconds())
+		for _, a := range f.tr[smp.Key] {
+			if a.start.Sub(t0) > smp.Took {
+				break
+			}
+			out := "ok"
+			if a.err != nil {
+				out = a.err.Error()
+				if len(out) > 160 {
+					out = out[:160]
+				}
+			}
+			fmt.Fprintf(&b, "\n\t%+.3fs %+.3fs %s %s", a.start.Sub(t0).Seconds(), a.end.Sub(t0).Seconds(), f.names[a.node], out)
+		}
+		f.cfg.Logf("%s", b.String())
 	}
 }

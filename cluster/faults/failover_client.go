@@ -28,6 +28,9 @@ type router struct {
 
 	mu    sync.Mutex
 	guess map[string]int // key -> the node that last answered for it
+
+	// traced, if set, is told of every attempt (FailoverConfig.Trace).
+	traced func(key string, a attempt)
 }
 
 func newRouter(names []string, nodes []*RuntimeClient, attempt, pause time.Duration) *router {
@@ -87,6 +90,9 @@ func (r *router) do(ctx context.Context, key, method, path string, q url.Values)
 		cancel()
 		st.attempts++
 		last = a
+		if r.traced != nil {
+			r.traced(key, a)
+		}
 		switch {
 		case a.err == nil || errors.Is(a.err, replog.ErrConflict):
 			r.mu.Lock()

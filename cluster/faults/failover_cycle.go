@@ -13,25 +13,43 @@ import (
 // which holds the shard's lease and the object's log and snapshots (the shard by the engine's
 // hash: FNV-1a of the key modulo the shards).
 func objectGroups(key string, shards int) []string {
+	return []string{engineConfig(NodeSpec{}).Prefix + "_log_" + strconv.Itoa(objectShard(key, shards))}
+}
+
+// objectShard is key's shard, as the engine places it.
+func objectShard(key string, shards int) int {
 	h := fnv.New32a()
 	h.Write([]byte(key))
-	shard := int(h.Sum32() % uint32(shards))
-	return []string{engineConfig(NodeSpec{}).Prefix + "_log_" + strconv.Itoa(shard)}
+	return int(h.Sum32() % uint32(shards))
 }
 
 // clusterView is what the nodes said of the cluster before a kill.
 type clusterView struct {
 	meta   string              // the meta leader
 	leads  map[string][]string // node -> the streams it leads
-	owners map[string]string   // key -> the node that acknowledged its last write
+	owners map[string]string   // key -> the node that holds its shard's lease (or acknowledged its last write)
 }
 
+// view asks the nodes' status. A key's owner is the node that says it holds the key's shard: the
+// node that acknowledged its last write may have sent it on to the owner. Failing that, it is the
+// node that acknowledged it.
 func (f *failover) view() clusterView {
 	v := clusterView{leads: map[string][]string{}, owners: f.owners()}
 	votes := map[string]int{}
+	holds := map[int]string{} // shard -> the node that says it holds it
 	for name, st := range f.statuses() {
 		v.leads[name] = st.Leads
 		votes[st.MetaLeader]++
+		for shard, o := range st.Owners {
+			if o == name {
+				holds[shard] = name
+			}
+		}
+	}
+	for _, key := range f.keys {
+		if o, ok := holds[objectShard(key, f.cfg.Shards)]; ok {
+			v.owners[key] = o
+		}
 	}
 	for m, n := range votes {
 		if m != "" && n > votes[v.meta] {
@@ -169,6 +187,7 @@ func (f *failover) cycle(s string, k int) {
 	var t0 time.Time
 	var election time.Duration
 	var wg sync.WaitGroup
+	f.traceFrom(time.Now())
 	switch s {
 	case ScenarioAll:
 		for _, p := range f.h.procs {
@@ -221,6 +240,7 @@ func (f *failover) cycle(s string, k int) {
 	for i := range samples {
 		samples[i].Election = election
 	}
+	f.printTrace(samples, t0)
 	f.rep.Samples = append(f.rep.Samples, samples...)
 	if victim != "" && !f.proc(victim).running() {
 		f.h.launch(f.proc(victim))

@@ -17,6 +17,7 @@ var (
 	failoverObjects   = flag.Int("failover.objects", 12, "objects written, each by its own writer")
 	failoverShards    = flag.Int("failover.shards", 16, "streams of the log")
 	failoverBudget    = flag.Duration("failover.budget", 10*time.Second, "a write call not acknowledged within it fails")
+	failoverTrace     = flag.Duration("failover.trace", 0, "print the attempts since the kill of each object served later than this after it (0: none)")
 	failoverBounds    = flag.Bool("failover.bounds", true, "fail when a figure misses its target (SEMANTICS X9); false: only unserved objects and broken promises fail")
 )
 
@@ -28,7 +29,7 @@ var (
 func TestFailover(t *testing.T) {
 	rep := faults.RunFailover(t, faults.FailoverConfig{
 		Kills: *failoverKills, Scenarios: strings.Split(*failoverScenarios, ","), Objects: *failoverObjects,
-		Shards: *failoverShards, Budget: *failoverBudget,
+		Shards: *failoverShards, Budget: *failoverBudget, Trace: *failoverTrace,
 	})
 	t.Logf("failover:\n%s", rep.Table())
 	if len(rep.Samples) == 0 {

@@ -151,10 +151,15 @@ func (c *Cluster) removeDir(p *proc) {
 
 func (c *Cluster) proc(name string) *proc { return c.h.procs[slices.Index(c.names, name)] }
 
-// keepLogs copies the nodes' logs out of the test's directory when the test failed, so that what
-// the nodes said survives the directory's removal, and says where they are.
+// DebugLogsEnv, set (to anything) in the environment of a run, makes the runtime target's nodes
+// log at debug level, and their logs kept as when the run fails.
+const DebugLogsEnv = "DURABLE_FAULTS_DEBUG"
+
+// keepLogs copies the nodes' logs out of the test's directory when the test failed (or with
+// DebugLogsEnv), so that what the nodes said survives the directory's removal, and says where
+// they are.
 func keepLogs(t testing.TB, h *harness) {
-	if !t.Failed() {
+	if !t.Failed() && os.Getenv(DebugLogsEnv) == "" {
 		return
 	}
 	dir, err := os.MkdirTemp("", "faults-logs-")

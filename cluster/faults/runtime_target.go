@@ -86,7 +86,11 @@ func (RuntimeTarget) RunNode(ctx context.Context, spec NodeSpec) error {
 		}
 		return err
 	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	level := slog.LevelWarn
+	if os.Getenv(DebugLogsEnv) != "" {
+		level = slog.LevelDebug
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	rt, err := core.Open(core.Options{
 		Dir: filepath.Join(spec.Dir, "objects"), Logger: logger, IdleTimeout: time.Second,
 		Replication: &core.Replication{Node: spec.Name, Log: eng, Leases: eng, Beacon: eng, Calls: eng, SnapshotEvery: 200},

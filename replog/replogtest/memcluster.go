@@ -28,7 +28,44 @@ type MemCluster struct {
 	count  int64
 
 	listeners map[*memListener]struct{}
-	calls     memCalls // the nodes' request-reply (memcalls.go)
+	calls     memCalls              // the nodes' request-reply (memcalls.go)
+	held      map[int]chan struct{} // by shard: held (HoldShard) until the channel is closed
+}
+
+// HoldShard makes, while hold is true, every call to shard's lease and to the logs of its keys
+// wait until the shard is released, or until the call's context ends (it then fails, its outcome
+// unknown, having done nothing), as the calls to a stream electing a leader do.
+func (c *MemCluster) HoldShard(shard int, hold bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch, held := c.held[shard]
+	switch {
+	case hold && !held:
+		if c.held == nil {
+			c.held = map[int]chan struct{}{}
+		}
+		c.held[shard] = make(chan struct{})
+	case !hold && held:
+		close(ch)
+		delete(c.held, shard)
+	}
+}
+
+// wait waits while shard is held (HoldShard).
+func (c *MemCluster) wait(ctx context.Context, shard int) error {
+	for {
+		c.mu.Lock()
+		ch := c.held[shard]
+		c.mu.Unlock()
+		if ch == nil {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("replogtest: shard %d is held: %w (%w)", shard, replog.ErrUnknown, ctx.Err())
+		}
+	}
 }
 
 // MemShards is a MemCluster's number of shards unless WithShards says otherwise.
@@ -179,6 +216,9 @@ func (l memLog) ShardOf(key string) int { return l.n.c.ShardOf(key) }
 
 func (l memLog) Append(ctx context.Context, key string, expect uint64, rec []byte) (uint64, error) {
 	n := l.n
+	if err := n.c.wait(ctx, n.c.ShardOf(key)); err != nil {
+		return 0, err
+	}
 	n.mu.Lock()
 	cut, before := n.logCut, n.before
 	drop, lose := n.dropNext > 0, false
@@ -222,8 +262,11 @@ func (l memLog) Append(ctx context.Context, key string, expect uint64, rec []byt
 	return seq, nil
 }
 
-func (l memLog) Last(_ context.Context, key string) (uint64, []byte, error) {
+func (l memLog) Last(ctx context.Context, key string) (uint64, []byte, error) {
 	if err := l.cut(); err != nil {
+		return 0, nil, err
+	}
+	if err := l.n.c.wait(ctx, l.n.c.ShardOf(key)); err != nil {
 		return 0, nil, err
 	}
 	c := l.n.c
@@ -236,8 +279,11 @@ func (l memLog) Last(_ context.Context, key string) (uint64, []byte, error) {
 	return rs[len(rs)-1].seq, bytes.Clone(rs[len(rs)-1].rec), nil
 }
 
-func (l memLog) Read(_ context.Context, key string, after uint64, fn func(uint64, []byte) error) error {
+func (l memLog) Read(ctx context.Context, key string, after uint64, fn func(uint64, []byte) error) error {
 	if err := l.cut(); err != nil {
+		return err
+	}
+	if err := l.n.c.wait(ctx, l.n.c.ShardOf(key)); err != nil {
 		return err
 	}
 	c := l.n.c
@@ -323,8 +369,11 @@ func (ls memLeases) cut() error {
 	return nil
 }
 
-func (ls memLeases) Get(_ context.Context, shard int) (uint64, []byte, error) {
+func (ls memLeases) Get(ctx context.Context, shard int) (uint64, []byte, error) {
 	if err := ls.cut(); err != nil {
+		return 0, nil, err
+	}
+	if err := ls.n.c.wait(ctx, shard); err != nil {
 		return 0, nil, err
 	}
 	c := ls.n.c
@@ -340,8 +389,11 @@ func (ls memLeases) Get(_ context.Context, shard int) (uint64, []byte, error) {
 	return v.seq, bytes.Clone(v.rec), nil
 }
 
-func (ls memLeases) Put(_ context.Context, shard int, value []byte, rev uint64) (uint64, error) {
+func (ls memLeases) Put(ctx context.Context, shard int, value []byte, rev uint64) (uint64, error) {
 	if err := ls.cut(); err != nil {
+		return 0, err
+	}
+	if err := ls.n.c.wait(ctx, shard); err != nil {
 		return 0, err
 	}
 	c := ls.n.c
@@ -358,8 +410,11 @@ func (ls memLeases) Put(_ context.Context, shard int, value []byte, rev uint64) 
 	return c.rev, nil
 }
 
-func (ls memLeases) Delete(_ context.Context, shard int, rev uint64) error {
+func (ls memLeases) Delete(ctx context.Context, shard int, rev uint64) error {
 	if err := ls.cut(); err != nil {
+		return err
+	}
+	if err := ls.n.c.wait(ctx, shard); err != nil {
 		return err
 	}
 	c := ls.n.c

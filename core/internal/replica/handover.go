@@ -111,6 +111,12 @@ func (n *Node) rebalance() {
 		if to == "" || to == n.cfg.Node {
 			continue
 		}
+		if !n.validAt(n.held[shard], now) {
+			// Its lease cannot be proven now (its stream elects a leader, say): a hand-over needs
+			// the stream, and would refuse the shard's calls here meanwhile, sent to a node that
+			// cannot take the shard either.
+			continue
+		}
 		n.handing[shard] = &handOver{to: to, began: now}
 		n.begun = append(n.begun, now)
 		begin = append(begin, shard)
@@ -214,7 +220,7 @@ func (n *Node) takeOffered() {
 	}
 	slices.Sort(shards)
 	for _, shard := range shards {
-		n.takeOver(shard, "handed over")
+		n.takeOverAside(shard, "handed over")
 	}
 }
 

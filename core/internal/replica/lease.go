@@ -98,6 +98,9 @@ func (n *Node) renew(l *lease) error {
 			nrev, err = n.cfg.Leases.Put(ctx, l.shard, value, grev)
 		}
 	}
+	if took := n.cfg.Now().Sub(start); err == nil && took > n.cfg.LeaseTTL/2 {
+		n.cfg.Logger.Debug("a lease was renewed slowly", "event", "lease_renew_slow", "shard", l.shard, "took", took)
+	}
 	l.mu.Lock()
 	switch {
 	case err == nil:

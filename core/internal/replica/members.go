@@ -233,7 +233,7 @@ func (n *Node) placer() {
 		}
 		n.takeOffered()
 		for _, shard := range n.orphans() {
-			n.takeOver(shard, "whose node stopped beating")
+			n.takeOverAside(shard, "whose node stopped beating")
 		}
 		n.rebalance()
 	}
@@ -264,6 +264,27 @@ func (n *Node) orphans() []int {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// takeOverAside runs takeOver in a goroutine of its own, owned by the Node, unless one for shard is
+// under way: a takeover whose stream has no leader (it lost its raft leader with the dead node)
+// waits for an election, and must not hold up the other shards' takeovers behind it.
+func (n *Node) takeOverAside(shard int, why string) {
+	n.mu.Lock()
+	if n.takingOver[shard] {
+		n.mu.Unlock()
+		return
+	}
+	n.takingOver[shard] = true
+	n.mu.Unlock()
+	n.done.Go(func() {
+		defer func() {
+			n.mu.Lock()
+			delete(n.takingOver, shard)
+			n.mu.Unlock()
+		}()
+		n.takeOver(shard, why)
+	})
 }
 
 // takeOver takes the lease of a dead node's shard, or of one handed to this node, and keeps it,

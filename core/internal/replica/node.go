@@ -62,18 +62,19 @@ type Node struct {
 	takes  []sync.Mutex // by shard: one take at a time
 	start  time.Time
 
-	mu       sync.Mutex
-	held     map[int]*lease       // by shard: the leases this node holds
-	seen     map[int]seenLease    // by shard: another node's lease, its revision and when first seen so
-	members  map[string]*member   // by name: the nodes heard beating, this one too
-	draining bool                 // Drain was called: no shard is taken, the held ones go back
-	engineOK time.Time            // when a call to the leases last succeeded
-	handing  map[int]*handOver    // by shard: the shards this node hands over (handover.go)
-	begun    []time.Time          // when the hand-overs of the last LeaseTTL began
-	heldBack map[int]time.Time    // by shard: no hand-over before then (one was given up)
-	offered  map[int]string       // by shard: handed to this node and handed back, by the node named
-	handedIn chan struct{}        // closed, and replaced, when a shard is handed to this node
-	logs     map[string]*logState // by object key: the logs of the objects resident here, shared with their facets (facets.go)
+	mu         sync.Mutex
+	held       map[int]*lease       // by shard: the leases this node holds
+	seen       map[int]seenLease    // by shard: another node's lease, its revision and when first seen so
+	members    map[string]*member   // by name: the nodes heard beating, this one too
+	draining   bool                 // Drain was called: no shard is taken, the held ones go back
+	engineOK   time.Time            // when a call to the leases last succeeded
+	handing    map[int]*handOver    // by shard: the shards this node hands over (handover.go)
+	begun      []time.Time          // when the hand-overs of the last LeaseTTL began
+	heldBack   map[int]time.Time    // by shard: no hand-over before then (one was given up)
+	offered    map[int]string       // by shard: handed to this node and handed back, by the node named
+	takingOver map[int]bool         // by shard: a takeover under way in a goroutine of its own (members.go)
+	handedIn   chan struct{}        // closed, and replaced, when a shard is handed to this node
+	logs       map[string]*logState // by object key: the logs of the objects resident here, shared with their facets (facets.go)
 
 	wake chan struct{} // wakes the placer: a shard was handed to this node
 
@@ -81,7 +82,7 @@ type Node struct {
 
 	stop       chan struct{} // closed to stop the renewer and the placer
 	stopOnce   sync.Once
-	done       sync.WaitGroup // the renewer, the placer and the renewals they started
+	done       sync.WaitGroup // the renewer, the placer and the renewals and takeovers they started
 	stopListen func()
 
 	commits, records, recordBytes, pageBytes, snapshots atomic.Int64
@@ -94,7 +95,7 @@ func Start(cfg Config) (*Node, error) {
 	rand.Read(rnd[:])
 	n := &Node{cfg: cfg, margin: cfg.LeaseTTL / 8, inc: hex.EncodeToString(rnd[:]), shards: cfg.Log.Shards(),
 		start: cfg.Now(), held: map[int]*lease{}, seen: map[int]seenLease{}, members: map[string]*member{},
-		handing: map[int]*handOver{}, heldBack: map[int]time.Time{}, offered: map[int]string{}, handedIn: make(chan struct{}),
+		handing: map[int]*handOver{}, heldBack: map[int]time.Time{}, offered: map[int]string{}, takingOver: map[int]bool{}, handedIn: make(chan struct{}),
 		wake: make(chan struct{}, 1), stop: make(chan struct{})}
 	n.takes = make([]sync.Mutex, n.shards)
 	n.alarms.init()
