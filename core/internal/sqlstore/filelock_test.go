@@ -44,7 +44,7 @@ func readInAnotherProcess(t *testing.T, path string) string {
 	return string(out)
 }
 
-// An open database refuses the file to another process, and lets it read once closed.
+// S-O10: an open database refuses the file to another process, and lets it read once closed.
 func TestOpenRefusesTheFileToAnotherProcess(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "x.sqlite")
 	db := openTest(t, path, "FULL")
@@ -60,7 +60,7 @@ func TestOpenRefusesTheFileToAnotherProcess(t *testing.T) {
 	}
 }
 
-// On Linux the connection locks its file itself (ownLockVFS): SQLite's unix VFS, whose opens walk
+// S-O10: on Linux the connection locks its file itself (ownLockVFS): SQLite's unix VFS, whose opens walk
 // a list of every open file, is not used.
 func TestOpenLocksTheFileItself(t *testing.T) {
 	if runtime.GOOS != "linux" {
@@ -73,7 +73,7 @@ func TestOpenLocksTheFileItself(t *testing.T) {
 	}
 }
 
-// Open waits for another connection that holds the file (here a read-only one, as a check's), as
+// S-O10: Open waits for another connection that holds the file (here a read-only one, as a check's), as
 // SQLite's busy timeout would: it gets the file once the other lets go, and gives up with ErrBusy
 // after busyTimeout. Giving up does not take the file from the other connection.
 func TestOpenWaitsForTheFile(t *testing.T) {
