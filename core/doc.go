@@ -74,8 +74,10 @@
 // lookaside: Stats.QuietDBs); objects idle for Options.IdleTimeout (10 s),
 // or past Options.MaxOpenObjects (by default sized by the descriptor limit and memory; Stats says
 // what was chosen), are evicted: the database closes (with no checkpoint at
-// synchronous=FULL unless its log is past 128 KiB; always at NORMAL), and the next event runs the
-// constructor again as the first turn.
+// synchronous=FULL unless its log is past 128 KiB; always at NORMAL), off the caller's goroutine,
+// and the next event runs the constructor again as the first turn, once that close is done. An
+// open database holds its file alone (on Linux with a lock of its own, so that opening a database
+// costs the same however many are open: SEMANTICS O10).
 //
 // # Telemetry
 //

@@ -30,8 +30,23 @@ type ReadOnly struct {
 
 // OpenReadOnly opens the database at path for reading; it never creates the file.
 func OpenReadOnly(path string) (*ReadOnly, error) {
+	r, err := openReadOnly(path, ownLockVFS)
+	if errors.Is(err, errNoOwnLock) {
+		r, err = openReadOnly(path, "")
+	}
+	return r, err
+}
+
+// openReadOnly is OpenReadOnly with vfs ("": SQLite's default; else ownLockVFS, and the connection
+// takes a read lock on the file itself, in exclusive locking mode so that the log's index is in its
+// own memory, as Open's).
+func openReadOnly(path, vfs string) (*ReadOnly, error) {
 	u := url.URL{Scheme: "file", Path: path}
-	db, err := sql.Open("sqlite", u.String()+"?mode=ro&_pragma=query_only(1)&_pragma=busy_timeout(10000)")
+	q := "?mode=ro&_pragma=query_only(1)&_pragma=busy_timeout(10000)"
+	if vfs != "" {
+		q = "?mode=ro&vfs=" + vfs + "&_pragma=locking_mode(EXCLUSIVE)&_pragma=query_only(1)"
+	}
+	db, err := sql.Open("sqlite", u.String()+q)
 	if err != nil {
 		return nil, err
 	}
@@ -42,6 +57,11 @@ func OpenReadOnly(path string) (*ReadOnly, error) {
 		return nil, err
 	}
 	err = r.conn.Raw(func(dc any) error {
+		if vfs != "" {
+			if err := lockOwn(dc, path, false); err != nil {
+				return err
+			}
+		}
 		a, ok := dc.(sqlite.AuthorizerRegisterer)
 		if !ok {
 			return fmt.Errorf("sqlite driver has no authorizer")

@@ -41,6 +41,7 @@ const cachePages = 64
 type DB struct {
 	path     string
 	keepWAL  bool // closing does not checkpoint: every commit already fsynced the log
+	ownLock  bool // the connection locks the file itself (see ownLockVFS), not SQLite
 	db       *sql.DB
 	conn     *sql.Conn
 	prefix   string                 // names of the owner's tables
@@ -139,11 +140,15 @@ func ensureDir(dir string) error {
 // exclusively while it is open.
 //
 // The connection holds its file in SQLite's exclusive locking mode, set before it first reads the
-// file: it takes the file's exclusive lock at its first read and keeps it until it closes, and it
-// keeps the write-ahead log's index in its own memory instead of a shared -shm file, so an open
-// database holds two file descriptors (the database and its log), not three. No other connection,
-// in this process or another, can read the file meanwhile (it fails with SQLITE_BUSY): whoever else
-// reads it (inspection, a copy, a check) does so through this connection, or while it is closed.
+// file: it keeps the write-ahead log's index in its own memory instead of a shared -shm file, so an
+// open database holds two file descriptors (the database and its log), not three. It holds the
+// file's lock from before its first read until it closes: on Linux a lock of its own on the
+// database's descriptor, taken as it opens (see ownLockVFS: SQLite's unix VFS makes each open cost
+// more the more files are open), elsewhere SQLite's exclusive lock, taken at its first read. No
+// other connection, in this process or another, can read the file meanwhile (it fails with
+// SQLITE_BUSY): whoever else reads it (inspection, a copy, a check) does so through this
+// connection, or while it is closed. Open waits up to 10 s for another connection to let go of the
+// file (ErrBusy).
 // The log, its commits and their fsyncs are the same in either mode: a commit is acknowledged after
 // the log holds it (fsynced with synchronous FULL), the index is rebuilt from the log at the next
 // open, after a crash as after a close, and a crash releases the lock with the process.
@@ -163,8 +168,21 @@ func Open(path, synchronous, prefix string, template func() ([]byte, error)) (*D
 			return nil, err
 		}
 	}
+	s, err := open(path, ownLockVFS, synchronous, prefix)
+	if errors.Is(err, errNoOwnLock) {
+		s, err = open(path, "", synchronous, prefix)
+	}
+	return s, err
+}
+
+// open is Open over an existing file, with vfs ("": SQLite's default, which locks the file; else
+// ownLockVFS, and the connection locks it itself).
+func open(path, vfs, synchronous, prefix string) (*DB, error) {
 	// No journal_mode pragma: the template's header says WAL already, and WAL mode persists.
 	u := url.URL{Scheme: "file", Path: path}
+	if vfs != "" {
+		u.RawQuery = "vfs=" + vfs
+	}
 	db, err := sql.Open("sqlite", u.String())
 	if err != nil {
 		return nil, err
@@ -184,6 +202,12 @@ func Open(path, synchronous, prefix string, template func() ([]byte, error)) (*D
 		r, ok := dc.(sqlite.AuthorizerRegisterer)
 		if !ok {
 			return fmt.Errorf("sqlite driver has no authorizer")
+		}
+		if vfs != "" {
+			if err := lockOwn(dc, path, true); err != nil {
+				return err
+			}
+			s.ownLock = true
 		}
 		if err := r.RegisterAuthorizer(s.authorize); err != nil {
 			return err
