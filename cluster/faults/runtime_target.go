@@ -19,6 +19,7 @@ import (
 
 	"github.com/durable-go/durable/cluster"
 	"github.com/durable-go/durable/core"
+	"github.com/durable-go/durable/patterns/room"
 	"github.com/durable-go/durable/replog"
 )
 
@@ -89,7 +90,8 @@ func (RuntimeTarget) RunNode(ctx context.Context, spec NodeSpec) error {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	rt, err := core.Open(core.Options{
 		Dir: filepath.Join(spec.Dir, "objects"), Logger: logger, IdleTimeout: time.Second,
-		Replication: &core.Replication{Node: spec.Name, Log: eng, Leases: eng, Beacon: eng, Calls: eng, SnapshotEvery: 200},
+		WebSocketSendQueue: roomSendQueue,
+		Replication:        &core.Replication{Node: spec.Name, Log: eng, Leases: eng, Beacon: eng, Calls: eng, SnapshotEvery: 200},
 	})
 	if err != nil {
 		return err
@@ -104,7 +106,12 @@ func (RuntimeTarget) RunNode(ctx context.Context, spec NodeSpec) error {
 		rt.Close()
 		return err
 	}
-	h = withAlarms(alarms, h)
+	rooms, err := room.Register(rt, roomNS, room.Options{History: roomHistory})
+	if err != nil {
+		rt.Close()
+		return err
+	}
+	h = withAlarms(alarms, withRooms(room.Handler(rooms), h))
 	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", spec.ServePort))
 	if err != nil {
 		rt.Close()
