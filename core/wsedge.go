@@ -369,10 +369,7 @@ func (r *wsRelay) sendIn(s *edgeSock, w *wireWS) error {
 			// lives. Once it is gone, the messages go to the object's next owner marked as sent
 			// before (from here on, wherever they go): it skips those the object's commits record
 			// as delivered (frameNum, wsexact.go).
-			if !w.Resent && w.Seq > 0 {
-				// The grace to reach the next owner runs from when the last one is found gone.
-				w.Resent, since = true, r.rt.now()
-			}
+			w.Resent = w.Resent || w.Seq > 0
 			if r.gaveUp(since) {
 				return err
 			}
