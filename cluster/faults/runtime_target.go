@@ -46,7 +46,8 @@ var ErrNodeDown = fmt.Errorf("%w: the node does not accept connections", ErrRefu
 // the value; the records at the end are the history, read through a node that owns or takes the
 // object. Clients send each operation to a random node, which calls the register's method (core.Define)
 // wherever the register lives: the runtime sends it to the owner (Replication.Calls), and the key
-// moves to another node only when its owner fails, is stopped, is cut off, or evicts it.
+// moves to another node only when its owner fails, is stopped, is cut off, or evicts it. Every
+// node also serves a namespace of rooms (package patterns/room) at /room/, for RunRoomFailover.
 //
 // Errors map to outcomes as follows. ErrNotOwner, ErrFenced, ErrLeaseUnproven, ErrClosed (the
 // node is stopping) and ErrUnreachable (the call was delivered to no owner) are refusals
