@@ -52,7 +52,7 @@ func (n *frameNum) seen(t *turn) (bool, error) {
 // record records, in the message's turn, the message delivered, if the turn's commit writes
 // anything: a turn that wrote nothing has nothing to commit, and no record is worth a commit.
 func (n *frameNum) record(t *turn) error {
-	if t.o.batch == nil || !t.o.batch.dirty {
+	if !t.wrote() {
 		return nil
 	}
 	st, err := t.write()
