@@ -182,6 +182,9 @@ func (t *turn) write() (*store, error) {
 // dirty marks the open batch as having written something (db opened it).
 func (t *turn) dirty() { t.o.batch.dirty = true }
 
+// wrote reports whether the open batch has written something so far.
+func (t *turn) wrote() bool { return t.o.batch != nil && t.o.batch.dirty }
+
 // endSegment closes the segment: its Rows are closed, its savepoint is released into the batch (or
 // rolled back), and its effects join the batch (or are dropped; with nothing uncommitted they are
 // released now).

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/gorilla/websocket"
 
@@ -39,6 +40,7 @@ type edgeSock struct {
 	end      *wireEnd     // how the connection ended, for the owner
 	refollow bool         // register with the owner in the table, nothing else to send
 	sending  bool
+	numbered uint64 // the messages handed to the sender so far: the next is numbered numbered+1
 	owner    string // the node that lists it; "" none known
 	detached bool   // nothing more goes to an owner: it closed the connection, or none answered
 }
@@ -197,7 +199,14 @@ func (s *edgeSock) send() {
 			return
 		}
 		s.mu.Unlock()
-		err := s.r.sendIn(s, &wireWS{Op: "in", Sock: s.id, Frames: frames, End: end})
+		w := &wireWS{Op: "in", Sock: s.id, Frames: frames, End: end}
+		if len(frames) > 0 {
+			s.mu.Lock()
+			w.Seq = s.numbered + 1
+			s.numbered += uint64(len(frames))
+			s.mu.Unlock()
+		}
+		err := s.r.sendIn(s, w)
 		for range frames {
 			<-s.tokens
 		}
@@ -334,11 +343,14 @@ func (r *wsRelay) sendIn(s *edgeSock, w *wireWS) error {
 				return fmt.Errorf("core: a bad answer from node %q: %s", target, result)
 			}
 			w.Frames = w.Frames[ir.Done:]
+			if w.Seq > 0 {
+				w.Seq += uint64(ir.Done)
+			}
 			s.mu.Lock()
 			s.owner = ""
 			s.mu.Unlock()
 			id = r.newID()
-			if r.rt.now().Sub(since) > r.grace {
+			if r.gaveUp(since) {
 				return fmt.Errorf("core: no owner of %s/%q took its messages", s.ns.name, s.name)
 			}
 			if err := r.pause(); err != nil {
@@ -353,11 +365,28 @@ func (r *wsRelay) sendIn(s *edgeSock, w *wireWS) error {
 		case errors.Is(err, ErrClosed) && target == r.node:
 			return err // this runtime is closing
 		case errors.Is(err, replog.ErrNoReply):
-			// It may have been delivered: only the same node may be asked again, with the same id.
-			if !r.alive(target) || r.rt.now().Sub(since) > r.grace {
+			// It may have been delivered: the same node is asked again, with the same id, while it
+			// lives. Once it is gone, the messages go to the object's next owner marked as sent
+			// before (from here on, wherever they go): it skips those the object's commits record
+			// as delivered (frameNum, wsexact.go).
+			w.Resent = w.Resent || w.Seq > 0
+			if r.gaveUp(since) {
 				return err
 			}
-			moved = target
+			if r.alive(target) {
+				moved = target
+				continue
+			}
+			if !w.Resent {
+				return err
+			}
+			s.mu.Lock()
+			s.owner = ""
+			s.mu.Unlock()
+			id = r.newID()
+			if err := r.pause(); err != nil {
+				return err
+			}
 			continue
 		}
 		id = r.newID()
@@ -366,13 +395,24 @@ func (r *wsRelay) sendIn(s *edgeSock, w *wireWS) error {
 			moved = noe.Holder
 			continue
 		}
-		if !retryable(err) || r.rt.now().Sub(since) > r.grace {
+		if !retryable(err) || r.gaveUp(since) {
 			return err
 		}
 		if err := r.pause(); err != nil {
 			return err
 		}
 	}
+}
+
+// gaveUp reports whether an edge that began sending a connection's messages at since stops trying
+// to reach the object's owner. While this node is ready, the object may be between owners (its
+// shard is taken over once the lease lapses, after the engine's election if the lost node led its
+// group): the edge waits up to readyGrace, and the connection stays open. While it is not (it may
+// be the one cut off, and the client reach the object through another node), it waits for grace,
+// four lease times.
+func (r *wsRelay) gaveUp(since time.Time) bool {
+	d := r.rt.now().Sub(since)
+	return d > r.readyGrace || d > r.grace && r.rt.cluster.Ready() != nil
 }
 
 // retryable reports whether an "in" call that failed with err may be sent again, there or elsewhere.
@@ -394,7 +434,7 @@ func (r *wsRelay) callIn(s *edgeSock, node, id string, w *wireWS) ([]byte, error
 	if err != nil {
 		return nil, err
 	}
-	reply, err := r.send(node, req)
+	reply, err := r.sendWatched(node, req)
 	if err != nil {
 		return nil, err
 	}

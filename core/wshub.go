@@ -247,12 +247,12 @@ func (ws *WebSocket) ended(e wsconn.Ending) {
 // connection queue one after the other (their order kept) and share a group commit.
 const wsInFlight = 32
 
-func (ws *WebSocket) onMessage(f wsconn.Frame) { ws.onFrame(f, nil) }
+func (ws *WebSocket) onMessage(f wsconn.Frame) { ws.onFrame(f, nil, nil) }
 
 // onFrame delivers a message read; outcome, if set, is told the outcome of its turn (nil for an
 // auto-response), and a turn refused because another node owns the object (ErrNotOwner, ErrFenced:
 // nothing of it is durable) is its business alone: the connection stays open.
-func (ws *WebSocket) onFrame(f wsconn.Frame, outcome func(error)) {
+func (ws *WebSocket) onFrame(f wsconn.Frame, num *frameNum, outcome func(error)) {
 	if ar := ws.group.auto.Load(); ar != nil && !f.Binary && string(f.Data) == ar.request {
 		ws.autoAt.Store(ws.rt.now().UnixNano())
 		ws.c.Enqueue(wsconn.Frame(ar.response))
@@ -267,8 +267,18 @@ func (ws *WebSocket) onFrame(f wsconn.Frame, outcome func(error)) {
 		if !ws.c.Open() {
 			return nil // closed while the message waited (its accept was rolled back, say)
 		}
+		if num != nil {
+			if seen, err := num.seen(ctx.(*turn)); seen || err != nil {
+				return err // delivered already, by an owner lost before it answered
+			}
+		}
 		if h, ok := inst.(WebSocketMessageHandler); ok {
-			return h.WebSocketMessage(ctx, ws, Message(f))
+			if err := h.WebSocketMessage(ctx, ws, Message(f)); err != nil {
+				return err
+			}
+		}
+		if num != nil {
+			return num.record(ctx.(*turn))
 		}
 		return nil
 	})

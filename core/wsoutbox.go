@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"sync"
+	"time"
 
 	"github.com/durable-go/durable/replog"
 )
@@ -128,5 +130,36 @@ func (r *wsRelay) sendItems(edge string, items []wireItem) ([]string, error) {
 func (r *wsRelay) send(node string, req []byte) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(r.ctx, r.rt.router.opts.timeout)
 	defer cancel()
+	return r.rt.router.calls.Send(ctx, node, req)
+}
+
+// sendWatched is send for an "in" call: it stops waiting for the reply once the membership declares
+// node dead (its beats stopped), rather than for the call's whole timeout, so that the messages go
+// to the object's next owner (ErrNoReply: they may have been delivered, see sendIn).
+func (r *wsRelay) sendWatched(node string, req []byte) ([]byte, error) {
+	if !r.alive(node) { // not known alive: nothing to watch
+		return r.send(node, req)
+	}
+	ctx, cancel := context.WithTimeout(r.ctx, r.rt.router.opts.timeout)
+	defer cancel()
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer close(done)
+	wg.Go(func() {
+		t := time.NewTicker(r.ttl / 8)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if !r.alive(node) {
+					cancel()
+					return
+				}
+			}
+		}
+	})
 	return r.rt.router.calls.Send(ctx, node, req)
 }

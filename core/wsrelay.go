@@ -37,6 +37,10 @@ import (
 // The node itself is an edge like the others: a connection whose object this node owns is relayed
 // to it without leaving the process.
 
+// wsReadyGrace is how long an edge that is ready waits for an owner of a connection's object
+// before it closes the connection with 1012 (at least four lease times).
+const wsReadyGrace = 30 * time.Second
+
 // wsRelay is a node's side of it: the handles of connections other nodes hold (owner side) and the
 // connections this node holds (edge side). It owns the goroutines that send (one per edge with
 // traffic waiting, one per connection with messages waiting), the edge's readers, and a watcher
@@ -45,8 +49,10 @@ type wsRelay struct {
 	rt    *Runtime
 	node  string
 	ttl   time.Duration // the lease time: the table learns a new owner within it
-	grace time.Duration // how long an edge tries to reach an owner before it closes with 1012
-	seq   atomic.Uint64
+	grace time.Duration // how long an edge that is not ready tries to reach an owner before it closes with 1012
+	// readyGrace is how long an edge that is ready does (gaveUp).
+	readyGrace time.Duration
+	seq        atomic.Uint64
 
 	mu       sync.Mutex // protects the fields below
 	closed   bool
@@ -63,7 +69,7 @@ type wsRelay struct {
 func newWSRelay(rt *Runtime, r *Replication) *wsRelay {
 	ttl := r.leaseTTL()
 	ctx, cancel := context.WithCancel(context.Background())
-	return &wsRelay{rt: rt, node: r.Node, ttl: ttl, grace: 4 * ttl, handles: map[string]*WebSocket{},
+	return &wsRelay{rt: rt, node: r.Node, ttl: ttl, grace: 4 * ttl, readyGrace: max(wsReadyGrace, 4*ttl), handles: map[string]*WebSocket{},
 		outboxes: map[string]*wsOutbox{}, socks: map[string]*edgeSock{}, stop: make(chan struct{}), ctx: ctx, cancel: cancel}
 }
 
@@ -234,7 +240,11 @@ func (r *wsRelay) serveIn(ctx context.Context, ns *namespace, name, edge string,
 	for i, f := range in.Frames {
 		ch := make(chan error, 1)
 		outcomes[i] = ch
-		ws.onFrame(wsconn.Frame{Data: f.Data, Binary: f.Binary}, func(err error) { ch <- err })
+		var num *frameNum
+		if in.Seq > 0 {
+			num = &frameNum{sock: in.Sock, seq: in.Seq + uint64(i), resent: in.Resent}
+		}
+		ws.onFrame(wsconn.Frame{Data: f.Data, Binary: f.Binary}, num, func(err error) { ch <- err })
 	}
 	// The reply waits for the messages' turns: those refused because another node owns the object
 	// now (nothing of them durable) are for the edge to send there.

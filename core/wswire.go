@@ -17,6 +17,8 @@ type wireWS struct {
 	Sock   string     `json:"sock,omitempty"`   // in: the connection
 	Record *wireSock  `json:"record,omitempty"` // in: register the connection with this owner
 	Frames []wireItem `json:"frames,omitempty"` // in: messages read, in order
+	Seq    uint64     `json:"seq,omitempty"`    // in: the number of Frames[0]; the connection's messages are numbered from 1
+	Resent bool       `json:"resent,omitempty"` // in: an owner lost before it answered may have delivered some of Frames
 	End    *wireEnd   `json:"end,omitempty"`    // in: how the connection ended (after Frames)
 	Items  []wireItem `json:"items,omitempty"`  // out: for the edge's connections, in order
 }

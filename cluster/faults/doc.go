@@ -116,4 +116,31 @@
 //
 // Other flags: -failover.objects (12), -failover.shards (16), -failover.budget (10s). The figures
 // depend on the machine's load: note the load average beside them.
+//
+// # A room through the loss of its owner
+//
+// RunRoomFailover (the test TestRoomFailover, behind the same tag) checks what WebSocket clients
+// see (SEMANTICS CL18). The runtime target serves a namespace of rooms (package patterns/room) at
+// /room/ on every node. The run starts three node processes, joins members (-room.members per
+// node, 2) to one room at every node, each sending a message every -room.every (50 ms), and
+// SIGKILLs the node that owns the room (its shard's owner, as most nodes' /status tables say)
+// -room.kills times (10), starting it again once a message sent after the kill is acknowledged
+// (its sender received it back). A member whose node was killed reconnects to another node with
+// ?since= its last offset, and moves back to its own node once that is ready again (closing its
+// connection itself); a member whose connection skips offsets resumes the same way, as room.Follow
+// does. The run fails if a member on a node that was not killed is closed, if the room says a
+// member's offset is no longer in its history, if a member does not end at the room's last offset
+// with every offset after its join, if an offset is not the same message for every member, or if
+// an acknowledged message is not at the offset its sender saw. It prints, per kill, the time from
+// the kill to the first acknowledged message sent after it, how long the killed node's members took
+// to connect again, and the messages sent and acknowledged until the next kill:
+//
+//	go test -tags faults ./cluster/faults -run TestRoomFailover -v -timeout 20m
+//
+// Measured on a 2-core machine at load average 21-30: the first acknowledged message came 1.04 s
+// after a kill at the median, 2.5 s at most (other runs: 1.23 s and 7.5 s at load 15-18, 1.03 s
+// and 5.4 s at load 3-12); no member on a
+// surviving node was closed; 5,322 of 5,330 messages were acknowledged and every member ended at
+// offset 5,322; the killed node's members connected again elsewhere within 1.0 to 7.8 s; members
+// resumed after a skip (messages the dying owner committed and did not broadcast) 43 times.
 package faults

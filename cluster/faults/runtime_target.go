@@ -19,6 +19,7 @@ import (
 
 	"github.com/durable-go/durable/cluster"
 	"github.com/durable-go/durable/core"
+	"github.com/durable-go/durable/patterns/room"
 	"github.com/durable-go/durable/replog"
 )
 
@@ -45,7 +46,8 @@ var ErrNodeDown = fmt.Errorf("%w: the node does not accept connections", ErrRefu
 // the value; the records at the end are the history, read through a node that owns or takes the
 // object. Clients send each operation to a random node, which calls the register's method (core.Define)
 // wherever the register lives: the runtime sends it to the owner (Replication.Calls), and the key
-// moves to another node only when its owner fails, is stopped, is cut off, or evicts it.
+// moves to another node only when its owner fails, is stopped, is cut off, or evicts it. Every
+// node also serves a namespace of rooms (package patterns/room) at /room/, for RunRoomFailover.
 //
 // Errors map to outcomes as follows. ErrNotOwner, ErrFenced, ErrLeaseUnproven, ErrClosed (the
 // node is stopping) and ErrUnreachable (the call was delivered to no owner) are refusals
@@ -93,7 +95,8 @@ func (RuntimeTarget) RunNode(ctx context.Context, spec NodeSpec) error {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	rt, err := core.Open(core.Options{
 		Dir: filepath.Join(spec.Dir, "objects"), Logger: logger, IdleTimeout: time.Second,
-		Replication: &core.Replication{Node: spec.Name, Log: eng, Leases: eng, Beacon: eng, Calls: eng, SnapshotEvery: 200},
+		WebSocketSendQueue: roomSendQueue,
+		Replication:        &core.Replication{Node: spec.Name, Log: eng, Leases: eng, Beacon: eng, Calls: eng, SnapshotEvery: 200},
 	})
 	if err != nil {
 		return err
@@ -108,7 +111,12 @@ func (RuntimeTarget) RunNode(ctx context.Context, spec NodeSpec) error {
 		rt.Close()
 		return err
 	}
-	h = withAlarms(alarms, h)
+	rooms, err := room.Register(rt, roomNS, room.Options{History: roomHistory})
+	if err != nil {
+		rt.Close()
+		return err
+	}
+	h = withAlarms(alarms, withRooms(room.Handler(rooms), h))
 	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", spec.ServePort))
 	if err != nil {
 		rt.Close()
