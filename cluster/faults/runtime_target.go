@@ -86,7 +86,11 @@ func (RuntimeTarget) RunNode(ctx context.Context, spec NodeSpec) error {
 		}
 		return err
 	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	level, err := nodeLogLevel(spec.LogLevel)
+	if err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	rt, err := core.Open(core.Options{
 		Dir: filepath.Join(spec.Dir, "objects"), Logger: logger, IdleTimeout: time.Second,
 		Replication: &core.Replication{Node: spec.Name, Log: eng, Leases: eng, Beacon: eng, Calls: eng, SnapshotEvery: 200},
@@ -501,4 +505,16 @@ func checkLogEpochs(clients []Client, key string, v *Verdict) error {
 		}
 	}
 	return nil
+}
+
+// nodeLogLevel is the level of a node's log that Config.NodeLog names: "" is warn.
+func nodeLogLevel(name string) (slog.Level, error) {
+	if name == "" {
+		return slog.LevelWarn, nil
+	}
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(name)); err != nil {
+		return 0, fmt.Errorf("faults: the nodes' log level %q is not debug, info, warn or error", name)
+	}
+	return l, nil
 }
