@@ -21,7 +21,8 @@ import (
 //     resumed, can never undo a newer owner's entry: an entry this node only listed (another
 //     node's write) is written again before this node relies on it;
 //   - a node that takes a shard lists its entries and hands them to its scheduler (AlarmHooks) at
-//     once, a failed listing again soon (alarmWorker), and lists them again every 4 LeaseTTL while it holds the shard (an entry written by a
+//     once, each shard on its own, a failed listing again soon (listShard), and lists them again
+//     every 4 LeaseTTL while it holds the shard (an entry written by a
 //     deposed owner just after the takeover's listing is found there);
 //   - a shard with pending entries is not handed back when its last object is evicted, so that
 //     some live node always holds it; when it goes (drained, or taken over), its entries leave the
@@ -314,6 +315,7 @@ const (
 func (n *Node) loadAlarms(shard int) bool {
 	ctx, cancel := opCtx()
 	defer cancel()
+	start := time.Now()
 	var listed []Alarm
 	revs := map[string]uint64{}
 	err := n.cfg.Log.Alarms(ctx, shard, func(key string, at time.Time, rev uint64) error {
@@ -346,6 +348,8 @@ func (n *Node) loadAlarms(shard int) bool {
 	}
 	hooks := b.hooks
 	b.mu.Unlock()
+	n.cfg.Logger.Debug("a shard's alarm index is listed", "event", "alarm_index_listed", "shard", shard, "entries", len(listed),
+		"took", time.Since(start))
 	if hooks != nil && len(listed) > 0 {
 		hooks.Loaded(shard, listed)
 	}

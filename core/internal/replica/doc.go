@@ -22,9 +22,11 @@
 //     in a goroutine of its own that the Node waits for, then a beat), the placer (every eighth
 //     LeaseTTL, or at once when a shard is handed to this node: takeovers of dead nodes' shards
 //     and of shards handed over, hand-overs, closing a shard's idle objects through Config.Evict)
-//     and the beacon's listener; after ServeAlarms two more: the alarm worker (listings of taken
-//     shards, entries made exact after commits) and the alarm sweeper (every 2 LeaseTTL: shards
-//     with alarms and no live holder). Close stops them all and waits.
+//     and the beacon's listener; after ServeAlarms three more: the alarm worker, which starts a
+//     lister for each shard to list (a goroutine of its own per shard, that ends once the shard is
+//     listed or gone: a listing slow on one shard delays no other), the exact writer (entries made
+//     exact after commits) and the alarm sweeper (every 2 LeaseTTL: shards with alarms and no live
+//     holder). Close stops them all and waits for them and for the listers.
 //   - n.mu guards the tables (held, seen, members, and the hand-overs') and each lease's refs; a lease's own mu its
 //     revision and validity; a lease's renewing serializes its renewal and its release; n.takes
 //     serializes the takes of one shard, so that two objects of a shard never race for its lease;
