@@ -121,7 +121,8 @@ func (x *cutter) Alarm(ctx context.Context, info core.AlarmInfo) error {
 func TestAlarm_RunCutByCloseRetriedAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		dir := t.TempDir()
-		c := &cutOnce{started: make(chan struct{})}
+		started := make(chan struct{})
+		c := &cutOnce{started: started}
 		open := func() (*core.Runtime, *core.Namespace[*cutter]) {
 			rt, err := core.Open(core.Options{Dir: dir, Logger: slog.New(slog.DiscardHandler)})
 			require.NoError(t, err)
@@ -135,7 +136,7 @@ func TestAlarm_RunCutByCloseRetriedAtOnce(t *testing.T) {
 		require.NoError(t, core.Do(context.Background(), stub, func(ctx context.Context, x *cutter) error {
 			return x.st.SetAlarm(ctx, time.Now())
 		}))
-		<-c.started
+		<-started
 		require.NoError(t, rt.Close())
 		reopened := time.Now()
 		rt, _ = open()
