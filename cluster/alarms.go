@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"strconv"
 	"time"
 
@@ -26,9 +27,11 @@ import (
 // for what it is. The time is the header alarmAt, in Unix nanoseconds.
 //
 // A shard's entries are listed by one batched direct get of the last message of each subject
-// under "a.>" (no consumer, so nothing for the meta leader), up to a read barrier; a server
-// answers at most 1024 subjects per such get, so a shard with more is listed by its 16 groups
-// "a.<h>.>" one after the other: 16,384 entries per shard at most (removal markers count until
+// under "a.>" (no consumer, so nothing for the meta leader), up to a read barrier, and of the
+// barrier itself: an answer without it comes from a replica that has not applied the barrier yet,
+// which may lack entries, and another replica is asked. A server answers at most 1024 subjects
+// per such get, the barrier one of them, so a shard with more is listed by its 16 groups
+// "a.<h>.>" one after the other: 16,368 entries per shard at most (removal markers count until
 // they expire).
 const (
 	alarmAt     = "Durable-Alarm-At"
@@ -154,11 +157,11 @@ func (e *Engine) Alarms(ctx context.Context, shard int, fn func(key string, at t
 		if err != nil {
 			return fmt.Errorf("read barrier: %w", err)
 		}
-		entries, err = e.listAlarms(ctx, stream, []string{base + ">"}, upTo)
+		entries, err = e.listAlarms(ctx, stream, barrier, []string{base + ">"}, upTo)
 		if errors.Is(err, errTooMany) {
 			entries = entries[:0]
 			for h := range 16 {
-				part, err := e.listAlarms(ctx, stream, []string{base + strconv.FormatUint(uint64(h), 16) + ".>"}, upTo)
+				part, err := e.listAlarms(ctx, stream, barrier, []string{base + strconv.FormatUint(uint64(h), 16) + ".>"}, upTo)
 				if err != nil {
 					return err
 				}
@@ -187,32 +190,48 @@ type listedAlarm struct {
 	alarmEntry
 }
 
-// listAlarms lists the entries of the subjects that match filters, up to sequence upTo.
-func (e *Engine) listAlarms(ctx context.Context, stream string, filters []string, upTo uint64) ([]listedAlarm, error) {
-	req, _ := json.Marshal(map[string]any{"multi_last": filters, "up_to_seq": upTo})
-	var out []listedAlarm
-	var bad error
-	err := e.directGetStatus(ctx, stream, req, func(seq uint64, m *nats.Msg) {
-		subj := m.Header.Get("Nats-Subject")
-		a, err := parseAlarm(seq, m.Header)
-		if err != nil {
-			bad = err
-			return
+// listAlarms lists the entries of the subjects that match filters as of the read barrier at upTo
+// (a message of subject barrier), from a replica that has applied the barrier. A replica that has
+// not (one catching up after a restart or a change of leader) answers with what it holds, which
+// may lack entries written long before the listing, or with nothing at all: its answer is
+// dropped, and a replica asked again, until one has the barrier or ctx ends.
+func (e *Engine) listAlarms(ctx context.Context, stream, barrier string, filters []string, upTo uint64) ([]listedAlarm, error) {
+	req, _ := json.Marshal(map[string]any{"multi_last": append(slices.Clone(filters), barrier), "up_to_seq": upTo})
+	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
+		var out []listedAlarm
+		var bad error
+		found := false
+		err := e.directGetStatus(ctx, stream, req, func(seq uint64, m *nats.Msg) {
+			subj := m.Header.Get("Nats-Subject")
+			if subj == barrier {
+				found = seq == upTo
+				return
+			}
+			a, err := parseAlarm(seq, m.Header)
+			if err != nil {
+				bad = err
+				return
+			}
+			if a.at.IsZero() {
+				return // removed
+			}
+			key, err := decodeAlarmSubject(subj)
+			if err != nil {
+				bad = err
+				return
+			}
+			out = append(out, listedAlarm{key, a})
+		})
+		if err == nil {
+			err = bad
 		}
-		if a.at.IsZero() {
-			return // removed
+		if err != nil || found {
+			return out, err
 		}
-		key, err := decodeAlarmSubject(subj)
-		if err != nil {
-			bad = err
-			return
+		if err := sleep(ctx, wait); err != nil {
+			return nil, fmt.Errorf("waiting for a replica to apply the read barrier: %w", err)
 		}
-		out = append(out, listedAlarm{key, a})
-	})
-	if err == nil {
-		err = bad
 	}
-	return out, err
 }
 
 // directGetStatus is directGet that tells a listing over the server's limit (413) apart.

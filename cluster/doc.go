@@ -31,9 +31,10 @@
 //   - A key's alarm entry is the subject "<prefix>.log.<n>.a.<h>.<key>" of its shard's stream
 //     (h: one hex digit of a hash of the key), written like a lease (compare-and-set, rolled up;
 //     a removal is a marker that expires after an hour). Alarms lists a shard's entries by one
-//     batched direct get of each subject's last message up to a read barrier (by the 16 groups
-//     of h, one after the other, past the 1,024 subjects a server answers at once): at most
-//     16,384 entries per shard.
+//     batched direct get of each subject's last message up to a read barrier, and of the barrier
+//     (an answer without it comes from a replica that has not applied it yet, which may lack
+//     entries: another replica is asked), by the 16 groups of h, one after the other, past the
+//     1,024 subjects a server answers at once: at most 16,368 entries per shard.
 //   - The beacon is plain NATS: Beat publishes on "<prefix>.beat", Listen subscribes. No stream,
 //     no leader, no quorum: a node that lost its quorum still beats and hears the others.
 //   - Calls between nodes (replog.Calls) are plain NATS request-reply: a node is served on one

@@ -4,7 +4,9 @@ import (
 	"context"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -81,4 +83,70 @@ func TestAlarm_RunCutByCloseIsNotOverTheLimit(t *testing.T) {
 			}
 		})
 	}
+}
+
+// cutOnce's alarm waits, on its first run, for its run's context to end
+// (the runtime closing); later runs are recorded.
+type cutOnce struct {
+	started chan struct{}
+	mu      sync.Mutex
+	runs    []core.AlarmInfo
+	at      []time.Time
+}
+
+type cutter struct {
+	st *core.State
+	c  *cutOnce
+}
+
+func (x *cutter) Alarm(ctx context.Context, info core.AlarmInfo) error {
+	c := x.c
+	c.mu.Lock()
+	started := c.started
+	c.started = nil
+	if started == nil {
+		c.runs, c.at = append(c.runs, info), append(c.at, time.Now())
+	}
+	c.mu.Unlock()
+	if started != nil {
+		close(started)
+		<-ctx.Done()
+	}
+	return nil
+}
+
+// S-A10, S-CL9: a run cut short by the runtime's shutdown is retried at once
+// where the object is served next, not after the retry policy's delay (2 s):
+// reopened at once, the runtime runs it at once, as a retry.
+func TestAlarm_RunCutByCloseRetriedAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		started := make(chan struct{})
+		c := &cutOnce{started: started}
+		open := func() (*core.Runtime, *core.Namespace[*cutter]) {
+			rt, err := core.Open(core.Options{Dir: dir, Logger: slog.New(slog.DiscardHandler)})
+			require.NoError(t, err)
+			ns, err := core.Register(rt, "cut", func(_ context.Context, st *core.State) (*cutter, error) { return &cutter{st: st, c: c}, nil })
+			require.NoError(t, err)
+			return rt, ns
+		}
+		rt, ns := open()
+		stub, err := ns.Get("o")
+		require.NoError(t, err)
+		require.NoError(t, core.Do(context.Background(), stub, func(ctx context.Context, x *cutter) error {
+			return x.st.SetAlarm(ctx, time.Now())
+		}))
+		<-started
+		require.NoError(t, rt.Close())
+		reopened := time.Now()
+		rt, _ = open()
+		defer rt.Close()
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		require.Len(t, c.runs, 1, "the cut run ran again once")
+		require.Equal(t, 1, c.runs[0].RetryCount, "as a retry")
+		require.Less(t, c.at[0].Sub(reopened), 500*time.Millisecond, "it ran %v after the runtime opened again", c.at[0].Sub(reopened))
+	})
 }

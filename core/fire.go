@@ -56,6 +56,8 @@ func (rt *Runtime) fireAlarm(ns, id, name string) {
 	if noe := (*NotOwnerError)(nil); errors.As(err, &noe) && rt.cluster != nil && noe.Holder == rt.cluster.Name() {
 		// Cluster mode: the lease is this node's own from before a restart; it may be taken over (and
 		// the alarm run) once it has been seen unrenewed for LeaseTTL.
+		rt.log.Debug("an alarm is due on an object whose lease this node held before a restart: it is looked at again once the lease may be taken",
+			"event", "alarm_own_lease", "namespace", ns, "name", name, "until", noe.Until)
 		s.Schedule(ns, id, name, noe.Until.UnixNano())
 		return
 	}

@@ -51,6 +51,7 @@ type AlarmSummary struct {
 	Excess               Latency // each such alarm's excess over its failover
 	Problems             []string
 	Slow                 []string // the owner-lost alarms whose excess is over MaxExcessP99, described
+	LateKept             []string // the owner-kept alarms that ran over MaxExcessP99 late, described
 }
 
 // Latency is a distribution's count, median, 99th percentile and maximum.
@@ -232,6 +233,12 @@ func checkAlarms(as []armed, fires map[string][]Fire, events []faultEvent, pings
 		}
 		if !hit {
 			kept = append(kept, late)
+			if late > MaxExcessP99 {
+				fire := slices.MinFunc(fs, func(x, y Fire) int { return int(x.Fired - y.Fired) })
+				s.LateKept = append(s.LateKept, fmt.Sprintf("%s (shard %d, owner %s, no fault hit it): due %s, armed at %s; ran at %s on %s, %v late",
+					a.Key, a.Shard, owner, a.Scheduled.Format(time.StampMilli), a.Acked.Format(time.StampMilli),
+					first.Format(time.StampMilli), fire.Node, late.Round(time.Millisecond)))
+			}
 			continue
 		}
 		lost = append(lost, late)

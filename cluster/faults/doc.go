@@ -70,8 +70,19 @@
 // must run within a second (p99) of their shard's failover, the time from the fault to the first
 // call of the shard's probe that began after it and was served (AlarmSummary). A second summary
 // line gives the lateness (p50, p99, max) of the alarms whose owner was lost and of the others, the
-// failovers, and the excess over them, and the faults log each alarm over the bound
-// (-faults.alarmbound=false reports the bound without failing the run on it).
+// failovers, and the excess over them, and the faults log each alarm over the bound, and each
+// alarm whose owner no fault hit that ran over a second late (-faults.alarmbound=false reports the
+// bound without failing the run on it).
+//
+// # The nodes' logs
+//
+// Each node process logs (stdout and stderr) to a file of the test's directory, at the level
+// -faults.nodelog names (Config.NodeLog: debug, info, warn, the default, or error; debug shows
+// each shard's alarm listing, takeover and hand-over). When the run fails, or always with
+// -faults.keeplogs (Config.KeepLogs), the logs are copied to a directory of their own before the
+// test's directory goes, and the run names it ("the nodes' logs are kept in ..."). A missed bound
+// is read there: a Slow line names the alarm's key, shard, owner and times, and the logs say which
+// node held the shard meanwhile and when it listed its alarm index.
 //
 // # Failover, measured by failing
 //

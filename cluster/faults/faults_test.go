@@ -22,6 +22,8 @@ var (
 	avail    = flag.Bool("faults.require-availability", false, "fail if the operations outside fault windows miss the availability targets")
 	alarms   = flag.Int("faults.alarms", 48, "objects whose alarms the runtime target arms during the run (0: none)")
 	bound    = flag.Bool("faults.alarmbound", true, "fail the run if the alarms whose owner was lost run over a second (p99) after their shard's failover")
+	keepLogs = flag.Bool("faults.keeplogs", false, "keep the node processes' logs in a directory the run names (they are kept anyway when the run fails)")
+	nodeLog  = flag.String("faults.nodelog", "warn", "the level of the node processes' logs: debug, info, warn or error")
 )
 
 var targets = []faults.Target{faults.EngineTarget{}, faults.RuntimeTarget{}}
@@ -54,7 +56,8 @@ func TestFaults(t *testing.T) {
 	if tg == nil {
 		t.Fatalf("no target %q", *target)
 	}
-	cfg := faults.Config{Target: tg, Nodes: *nodes, Duration: *duration, Seed: *seed, Grace: *grace}
+	cfg := faults.Config{Target: tg, Nodes: *nodes, Duration: *duration, Seed: *seed, Grace: *grace,
+		KeepLogs: *keepLogs, NodeLog: *nodeLog}
 	if tg.Name() == "runtime" {
 		cfg.Alarms = *alarms
 	}

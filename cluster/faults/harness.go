@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -38,7 +39,13 @@ type Config struct {
 	Alarms int
 	// CheckTimeout bounds porcupine's search per key (default 2 min).
 	CheckTimeout time.Duration
-	Logf         func(format string, args ...any)
+	// KeepLogs keeps the node processes' logs (their stdout and stderr) in a directory the run
+	// names, whether or not the test fails; they are kept anyway when it fails.
+	KeepLogs bool
+	// NodeLog is the level of the node processes' logs: "debug", "info", "warn" (the default) or
+	// "error".
+	NodeLog string
+	Logf    func(format string, args ...any)
 }
 
 // proc is one node process, restarted with the same spec.
@@ -92,9 +99,13 @@ func Run(t testing.TB, cfg Config) *Summary {
 	if cfg.Logf == nil {
 		cfg.Logf = t.Logf
 	}
+	if _, err := nodeLogLevel(cfg.NodeLog); err != nil {
+		t.Fatal(err)
+	}
 	h := &harness{t: t, cfg: cfg}
 	root := t.TempDir()
-	t.Cleanup(h.reapAll) // registered after TempDir's, so it runs before the directory goes
+	t.Cleanup(func() { keepLogs(t, h, cfg.KeepLogs) }) // after the nodes are reaped, before the directory goes
+	t.Cleanup(h.reapAll)                               // registered after TempDir's, so it runs before the directory goes
 	h.setup(root)
 
 	ctx := context.Background()
@@ -133,7 +144,7 @@ func Run(t testing.TB, cfg Config) *Summary {
 	h.healAll()
 	if aw != nil {
 		sum.Alarms = aw.finish(time.Now())
-		for _, p := range append(sum.Alarms.Problems, sum.Alarms.Slow...) {
+		for _, p := range slices.Concat(sum.Alarms.Problems, sum.Alarms.Slow, sum.Alarms.LateKept) {
 			cfg.Logf("faults: %s", p)
 		}
 	}
@@ -199,6 +210,7 @@ func (h *harness) setup(root string) {
 			Target: h.cfg.Target.Name(), Index: i, Name: fmt.Sprintf("n%d", i+1),
 			Dir: filepath.Join(root, fmt.Sprintf("n%d", i+1)), ClientPort: ports[i], ClusterPort: ports[n+i],
 			Routes: h.net.Routes(i), Replicas: h.cfg.Replicas, Shards: h.cfg.Shards, ServePort: ports[2*n+i],
+			LogLevel: h.cfg.NodeLog,
 		}
 		if err := os.MkdirAll(spec.Dir, 0o700); err != nil {
 			h.t.Fatal(err)

@@ -33,8 +33,8 @@ func StartCluster(t testing.TB, nodes, shards int, logf func(format string, args
 	}
 	h := &harness{t: t, cfg: Config{Target: RuntimeTarget{}, Nodes: nodes, Replicas: min(3, nodes), Shards: shards, Logf: logf}}
 	root := t.TempDir()
-	t.Cleanup(func() { keepLogs(t, h) }) // after the nodes are reaped, before the directory goes
-	t.Cleanup(h.reapAll)                 // registered after TempDir's, so it runs before the directory goes
+	t.Cleanup(func() { keepLogs(t, h, false) }) // after the nodes are reaped, before the directory goes
+	t.Cleanup(h.reapAll)                        // registered after TempDir's, so it runs before the directory goes
 	h.setup(root)
 	c := &Cluster{t: t, h: h, hc: &http.Client{Timeout: 2 * time.Second}}
 	for _, p := range h.procs {
@@ -152,14 +152,15 @@ func (c *Cluster) removeDir(p *proc) {
 func (c *Cluster) proc(name string) *proc { return c.h.procs[slices.Index(c.names, name)] }
 
 // DebugLogsEnv, set (to anything) in the environment of a run, makes the runtime target's nodes
-// log at debug level, and their logs kept as when the run fails.
+// log at debug level, and their logs kept as when the run fails (as -faults.nodelog=debug and
+// -faults.keeplogs do for TestFaults).
 const DebugLogsEnv = "DURABLE_FAULTS_DEBUG"
 
-// keepLogs copies the nodes' logs out of the test's directory when the test failed (or with
-// DebugLogsEnv), so that what the nodes said survives the directory's removal, and says where
-// they are.
-func keepLogs(t testing.TB, h *harness) {
-	if !t.Failed() && os.Getenv(DebugLogsEnv) == "" {
+// keepLogs copies the nodes' logs out of the test's directory when the test failed, or always if
+// asked (always, or DebugLogsEnv), so that what the nodes said survives the directory's removal,
+// and says where they are.
+func keepLogs(t testing.TB, h *harness, always bool) {
+	if !always && !t.Failed() && os.Getenv(DebugLogsEnv) == "" {
 		return
 	}
 	dir, err := os.MkdirTemp("", "faults-logs-")

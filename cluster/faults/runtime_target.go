@@ -88,7 +88,10 @@ func (RuntimeTarget) RunNode(ctx context.Context, spec NodeSpec) error {
 		}
 		return err
 	}
-	level := slog.LevelWarn
+	level, err := nodeLogLevel(spec.LogLevel)
+	if err != nil {
+		return err
+	}
 	if os.Getenv(DebugLogsEnv) != "" {
 		level = slog.LevelDebug
 	}
@@ -513,4 +516,16 @@ func checkLogEpochs(clients []Client, key string, v *Verdict) error {
 		}
 	}
 	return nil
+}
+
+// nodeLogLevel is the level of a node's log that Config.NodeLog names: "" is warn.
+func nodeLogLevel(name string) (slog.Level, error) {
+	if name == "" {
+		return slog.LevelWarn, nil
+	}
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(name)); err != nil {
+		return 0, fmt.Errorf("faults: the nodes' log level %q is not debug, info, warn or error", name)
+	}
+	return l, nil
 }

@@ -25,7 +25,8 @@ type NodeSpec struct {
 	Routes      []string // the node's links to the others
 	Replicas    int      // replicas of every stream
 	Shards      int
-	ServePort   int // a port of the node's own (for a target that serves calls over HTTP)
+	ServePort   int    // a port of the node's own (for a target that serves calls over HTTP)
+	LogLevel    string // the level of the node's log (Config.NodeLog; "": warn)
 }
 
 // A Target is what the harness puts through the faults: the node processes it starts and the

@@ -21,7 +21,8 @@ import (
 //     resumed, can never undo a newer owner's entry: an entry this node only listed (another
 //     node's write) is written again before this node relies on it;
 //   - a node that takes a shard lists its entries and hands them to its scheduler (AlarmHooks) at
-//     once, a failed listing again soon (alarmWorker), and lists them again every 4 LeaseTTL while it holds the shard (an entry written by a
+//     once, each shard on its own, a failed listing again soon (listShard), and lists them again
+//     every 4 LeaseTTL while it holds the shard (an entry written by a
 //     deposed owner just after the takeover's listing is found there);
 //   - a shard with pending entries is not handed back when its last object is evicted, so that
 //     some live node always holds it; when it goes (drained, or taken over), its entries leave the
@@ -62,14 +63,16 @@ type exactOp struct {
 
 // alarmBook is the node's side of its shards' alarm indexes. Its mu comes after the Node's mu.
 type alarmBook struct {
-	mu     sync.Mutex
-	hooks  *AlarmHooks                   // nil until ServeAlarms
-	marks  map[int]map[string]*alarmMark // by held shard, by key
-	loads  map[int]bool                  // shards to list
-	exact  map[string]exactOp            // by key: what its entry should be after the last commit
-	inFly  map[string]bool               // keys whose exact write is under way
-	wake   chan struct{}
-	rounds int // the sweeper's, for the periodic listing of held shards
+	mu      sync.Mutex
+	hooks   *AlarmHooks                   // nil until ServeAlarms
+	marks   map[int]map[string]*alarmMark // by held shard, by key
+	loads   map[int]bool                  // shards to list
+	listing map[int]bool                  // shards whose lister runs (listShard)
+	exact   map[string]exactOp            // by key: what its entry should be after the last commit
+	inFly   map[string]bool               // keys whose exact write is under way
+	wake    chan struct{}                 // the alarm worker's: shards to list
+	wakeEx  chan struct{}                 // the exact writer's: entries to make exact
+	rounds  int                           // the sweeper's, for the periodic listing of held shards
 }
 
 // sweepEvery is how many LeaseTTL go between two sweeps, and relistEvery how many sweeps between two
@@ -85,26 +88,32 @@ const (
 const maxAlarmTries = 5
 
 func (b *alarmBook) init() {
-	b.marks, b.loads, b.wake = map[int]map[string]*alarmMark{}, map[int]bool{}, make(chan struct{}, 1)
+	b.marks, b.loads, b.listing = map[int]map[string]*alarmMark{}, map[int]bool{}, map[int]bool{}
+	b.wake, b.wakeEx = make(chan struct{}, 1), make(chan struct{}, 1)
 	b.exact, b.inFly = map[string]exactOp{}, map[string]bool{}
 }
 
-func (b *alarmBook) poke() {
+func (b *alarmBook) poke() { signal(b.wake) }
+
+func signal(c chan struct{}) {
 	select {
-	case b.wake <- struct{}{}:
+	case c <- struct{}{}:
 	default:
 	}
 }
 
-// ServeAlarms starts the node's alarm worker (listings, exact entries) and its sweeper, which tell
-// hooks of the shards' alarms until Close. The runtime calls it once its scheduler runs.
+// ServeAlarms starts the node's alarm worker (which starts a lister for each shard to list), its
+// exact writer and its sweeper, which tell hooks of the shards' alarms until Close. The runtime
+// calls it once its scheduler runs.
 func (n *Node) ServeAlarms(hooks AlarmHooks) {
 	b := &n.alarms
 	b.mu.Lock()
 	b.hooks = &hooks
 	b.mu.Unlock()
 	n.done.Go(n.alarmWorker)
+	n.done.Go(n.exactWriter)
 	n.done.Go(n.alarmSweeper)
+	b.poke() // the shards taken before
 }
 
 // shardTaken is told that this node holds shard now: its entries are listed. n.mu is held.
@@ -217,61 +226,96 @@ func (n *Node) alarmCommitted(key string, shard int, at int64) {
 	}
 	b.exact[key] = exactOp{at: at, rev: m.rev}
 	b.mu.Unlock()
-	b.poke()
+	signal(b.wakeEx)
 }
 
-// alarmWorker lists the shards this node took and makes entries exact, until Close; then it
-// makes the entries left exact once more. A listing that fails (the shard's stream still electing
-// a leader after a restart) is tried again after listRetry LeaseTTL, doubling up to the sweeper's
-// period, not at the sweeper's next round: a shard's overdue alarms run soon after its log answers.
+// alarmWorker starts, until Close, a lister (listShard) for each shard to list that has none
+// running, each a goroutine of its own that the Node waits for: a listing slow or failing on one
+// shard (its stream electing a leader) delays no other shard's.
 func (n *Node) alarmWorker() {
 	b := &n.alarms
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-b.wake:
+		}
+		b.mu.Lock()
+		for shard := range b.loads {
+			if !b.listing[shard] {
+				b.listing[shard] = true
+				n.done.Go(func() { n.listShard(shard) })
+			}
+		}
+		b.mu.Unlock()
+	}
+}
+
+// listShard lists shard's entries into the scheduler as long as it is asked to (the shard taken, a
+// periodic listing, a failed one), until the shard goes or Close. A listing that fails is tried
+// again after listRetry LeaseTTL, doubling up to listRetryMax LeaseTTL: a shard's overdue alarms
+// run soon after its log answers.
+func (n *Node) listShard(shard int) {
+	b := &n.alarms
+	first := time.Duration(float64(n.cfg.LeaseTTL) * listRetry)
+	wait := first
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
 	defer retry.Stop()
-	first := time.Duration(float64(n.cfg.LeaseTTL) * listRetry)
-	wait := first
+	for {
+		b.mu.Lock()
+		if !b.loads[shard] {
+			delete(b.listing, shard)
+			b.mu.Unlock()
+			return
+		}
+		delete(b.loads, shard)
+		b.mu.Unlock()
+		if n.loadAlarms(shard) {
+			wait = first
+			continue
+		}
+		retry.Reset(wait)
+		wait = min(2*wait, time.Duration(float64(n.cfg.LeaseTTL)*listRetryMax))
+		select {
+		case <-n.stop:
+			b.mu.Lock()
+			delete(b.listing, shard)
+			b.mu.Unlock()
+			return
+		case <-retry.C:
+		}
+	}
+}
+
+// exactWriter makes entries exact after commits, until Close; then it makes the entries left exact
+// once more.
+func (n *Node) exactWriter() {
+	b := &n.alarms
 	for {
 		select {
 		case <-n.stop:
 			n.writeExact()
 			return
-		case <-b.wake:
-		case <-retry.C:
-		}
-		b.mu.Lock()
-		var shards []int
-		for shard := range b.loads {
-			shards = append(shards, shard)
-		}
-		clear(b.loads)
-		b.mu.Unlock()
-		failed := false
-		for _, shard := range shards {
-			if !n.loadAlarms(shard) {
-				failed = true
-			}
-		}
-		switch {
-		case failed:
-			retry.Reset(wait)
-			wait = min(2*wait, sweepEvery*n.cfg.LeaseTTL)
-		case len(shards) > 0:
-			wait = first
+		case <-b.wakeEx:
 		}
 		n.writeExact()
 	}
 }
 
 // listRetry is how many LeaseTTL a failed listing waits before it is tried again (the first time;
-// then twice as long each time, up to sweepEvery LeaseTTL).
-const listRetry = 1.0 / 8
+// then twice as long each time, up to listRetryMax LeaseTTL).
+const (
+	listRetry    = 1.0 / 8
+	listRetryMax = 1.0 / 2
+)
 
 // loadAlarms lists shard's entries and hands them to the scheduler, if this node still holds the
 // shard. It reports false if the listing failed: the shard is listed again (alarmWorker).
 func (n *Node) loadAlarms(shard int) bool {
 	ctx, cancel := opCtx()
 	defer cancel()
+	start := time.Now()
 	var listed []Alarm
 	revs := map[string]uint64{}
 	err := n.cfg.Log.Alarms(ctx, shard, func(key string, at time.Time, rev uint64) error {
@@ -304,6 +348,8 @@ func (n *Node) loadAlarms(shard int) bool {
 	}
 	hooks := b.hooks
 	b.mu.Unlock()
+	n.cfg.Logger.Debug("a shard's alarm index is listed", "event", "alarm_index_listed", "shard", shard, "entries", len(listed),
+		"took", time.Since(start))
 	if hooks != nil && len(listed) > 0 {
 		hooks.Loaded(shard, listed)
 	}

@@ -28,10 +28,12 @@
 //     closing a shard's idle objects through Config.Evict),
 //     the warmer (every LeaseTTL: the catch-ups of the files of the objects the holders of the
 //     shards this node would take over name in their beats, one object at a time, warmMax at most;
-//     it only reads the log) and the beacon's listener; after ServeAlarms two more: the alarm
-//     worker (listings of taken shards, entries made exact after commits) and the alarm sweeper
-//     (every 2 LeaseTTL: shards with alarms and no live holder). Close stops them all and waits
-//     (for the warmer, after its catch-up under way).
+//     it only reads the log) and the beacon's listener; after ServeAlarms three more: the alarm
+//     worker, which starts a lister for each shard to list (a goroutine of its own per shard, that
+//     ends once the shard is listed or gone: a listing slow on one shard delays no other), the
+//     exact writer (entries made exact after commits) and the alarm sweeper (every 2 LeaseTTL:
+//     shards with alarms and no live holder). Close stops them all and waits for them and for the
+//     listers (for the warmer, after its catch-up under way).
 //   - n.mu guards the tables (held, seen, members, and the hand-overs') and each lease's refs; a lease's own mu its
 //     revision and validity; a lease's renewing serializes its renewal and its release; n.takes
 //     serializes the takes of one shard, so that two objects of a shard never race for its lease;
