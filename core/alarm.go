@@ -258,15 +258,19 @@ func (o *object) deliver(t *turn, run *alarmRun, row timerRow) error {
 		if err != nil || !ok || !cur.running && !cur.same(row) {
 			return err
 		}
+		if errors.Is(herr, ErrClosed) && o.rt.base.Err() != nil {
+			// Cut short by the runtime's shutdown, not failed by its handler: the run is due again at
+			// once, wherever the object is served next (in cluster mode, the node the shard goes to),
+			// with no backoff, as a retry that never exhausts the policy: restarts alone do not make a
+			// dead letter (A10).
+			r := row
+			r.at, r.retry = now.UnixNano(), row.retry+1
+			o.alarmRetried(t, row, time.Unix(0, r.at), herr)
+			return t.putTimer(r)
+		}
 		if row.retry < policy.MaxRetries {
 			r := row
 			r.at, r.retry = now.Add(policy.delay(row.retry+1)).UnixNano(), row.retry+1
-			if errors.Is(herr, ErrClosed) {
-				// Cut short by the runtime's shutdown, not failed by its handler: the retry is due at
-				// once, wherever the object is served next (in cluster mode, the node the shard goes
-				// to), with no backoff (A10).
-				r.at = now.UnixNano()
-			}
 			o.alarmRetried(t, row, time.Unix(0, r.at), herr)
 			return t.putTimer(r)
 		}

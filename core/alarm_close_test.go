@@ -150,3 +150,39 @@ func TestAlarm_RunCutByCloseRetriedAtOnce(t *testing.T) {
 		require.Less(t, c.at[0].Sub(reopened), 500*time.Millisecond, "it ran %v after the runtime opened again", c.at[0].Sub(reopened))
 	})
 }
+
+// S-A10: a run cut short by shutdown spends no retry of the policy: with no retries at all
+// (MaxRetries negative), a failed run would be a dead letter, but a cut run runs again.
+func TestAlarm_RunCutByCloseNeverDeadLetters(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		started := make(chan struct{})
+		c := &cutOnce{started: started}
+		open := func() (*core.Runtime, *core.Namespace[*cutter]) {
+			rt, err := core.Open(core.Options{Dir: dir, Logger: slog.New(slog.DiscardHandler),
+				AlarmRetry: core.RetryPolicy{MaxRetries: -1}})
+			require.NoError(t, err)
+			ns, err := core.Register(rt, "cut", func(_ context.Context, st *core.State) (*cutter, error) { return &cutter{st: st, c: c}, nil })
+			require.NoError(t, err)
+			return rt, ns
+		}
+		rt, ns := open()
+		stub, err := ns.Get("o")
+		require.NoError(t, err)
+		require.NoError(t, core.Do(context.Background(), stub, func(ctx context.Context, x *cutter) error {
+			return x.st.SetAlarm(ctx, time.Now())
+		}))
+		<-started
+		require.NoError(t, rt.Close())
+		rt, _ = open()
+		defer rt.Close()
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		dls, err := rt.Admin().DeadLetters()
+		require.NoError(t, err)
+		require.Empty(t, dls, "a run cut by shutdown is not a failure")
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		require.Len(t, c.runs, 1, "the cut run ran again")
+	})
+}

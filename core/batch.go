@@ -268,7 +268,7 @@ func (o *object) leave() *batch {
 			runtime.Gosched()
 			queued = o.queued()
 		}
-		if !queued && b.turns < o.expect && b.turns < o.rt.opts.MaxBatch {
+		if !queued && b.dirty && b.turns < o.expect && b.turns < o.rt.opts.MaxBatch { // a clean batch appends nothing
 			queued = o.gather(b)
 		}
 		if b.turns >= o.rt.opts.MaxBatch || !queued {

@@ -137,9 +137,11 @@
 // relays a request to the owner the same way (413 over Replication.MaxRelayBody). A WebSocket
 // upgrade is accepted at the node that received it, the edge, which keeps the connection and relays
 // its traffic to the object's owner and back, in order per connection; when the object's shard
-// moves, each edge registers its connections with the new owner, so they stay open. A connection
-// that cannot follow (no owner reached for four lease times) closes with CloseServiceRestart, and
-// one whose edge died is reported closed with 1006. core.Call stays local: where another node owns
+// moves, each edge registers its connections with the new owner, so they stay open, and messages
+// sent to an owner lost before it answered go to the next one, which skips those its commits hold
+// (a message's writes are never applied twice). A connection that cannot follow (no owner reached
+// for 30 s at a ready edge, four lease times at one that is not) closes with CloseServiceRestart,
+// and one whose edge died is reported closed with 1006. core.Call stays local: where another node owns
 // the object it fails with ErrNotOwner, naming it.
 //
 // # Errors

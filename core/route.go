@@ -289,11 +289,12 @@ func (ro *router) call(ctx context.Context, rc *routedCall) error {
 			if ctx.Err() != nil {
 				return last
 			}
+			asked := target
 			if ran == "" {
 				target = ""
 			}
 			if errors.Is(err, errSilent) { // S-CL14: asked again at once, whether it is there at all
-				silent[target] = true
+				silent[asked] = true
 				continue
 			}
 			if err := ro.backoff(ctx, attempt); err != nil {

@@ -286,7 +286,7 @@ func (s *Storage) deleteAll(ctx context.Context, keepAlarm bool) error {
 	}
 	o := s.o
 	var drops []string
-	err = st.QueryOwn(`SELECT type, name FROM main.sqlite_schema WHERE name NOT LIKE 'sqlite_%' AND name <> '_durable_meta' AND type IN ('table', 'view') ORDER BY type = 'table'`,
+	err = st.QueryOwn(`SELECT type, name FROM main.sqlite_schema WHERE name NOT LIKE 'sqlite_%' AND name NOT IN ('_durable_meta', '_durable_wsin') AND type IN ('table', 'view') ORDER BY type = 'table'`,
 		nil, func(rows *sql.Rows) error {
 			var typ, name string
 			err := rows.Scan(&typ, &name)

@@ -387,6 +387,9 @@ func (o *object) await(t *turn, fn func(context.Context) error) (err error) {
 	if b := o.state.block; b != nil { // inside BlockConcurrencyWhile: the gate stays closed
 		return fn(awaitCtx{b, t})
 	}
+	if err := recordFrame(t); err != nil { // a relayed message's number, with what it wrote so far
+		return err
+	}
 	if err := t.endSegment(false); err != nil {
 		return err
 	}

@@ -86,6 +86,27 @@ func (c *chat) WebSocketMessage(ctx context.Context, ws *core.WebSocket, msg cor
 		return errors.New("boom")
 	case text == "bye":
 		return ws.Close(ctx, 4000, "bye")
+	case text == "peek":
+		v, _, err := c.st.Storage().Get(ctx, "tally")
+		if err != nil {
+			return err
+		}
+		return ws.Send(ctx, core.TextMessage("peek:"+string(v)))
+	case text == "tally":
+		// A write, then an Await (which commits it) and no write after: the tally of "tally"s.
+		v, _, err := c.st.Storage().Get(ctx, "tally")
+		if err != nil {
+			return err
+		}
+		n, _ := strconv.Atoi(string(v))
+		n++
+		if err := c.st.Storage().Put(ctx, "tally", []byte(strconv.Itoa(n))); err != nil {
+			return err
+		}
+		if err := c.st.Await(ctx, func(context.Context) error { return nil }); err != nil {
+			return err
+		}
+		return ws.Send(ctx, core.TextMessage("tally:"+strconv.Itoa(n)))
 	}
 	att, err := ws.Attachment()
 	if err != nil {

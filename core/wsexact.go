@@ -26,7 +26,22 @@ const wsInKeep = 10 * time.Minute
 type frameNum struct {
 	sock   string
 	seq    uint64
-	resent bool // sent before to an owner lost before it answered
+	resent bool  // sent before to an owner lost before it answered
+	turn   *turn // the message's turn, once it runs (set and read in it)
+}
+
+// frameKey is the context key of a relayed message's turn: its frameNum.
+type frameKey struct{}
+
+// recordFrame records, at an Await in turn t, the relayed message t runs, if t wrote anything: the
+// commit at the Await makes those writes durable, so a message sent again by its edge after the
+// owner is lost must find itself delivered, as a turn cut by a crash after an Await is not run
+// again in one process either (its writes before the Await stand, those after are lost).
+func recordFrame(t *turn) error {
+	if n, ok := t.Context.Value(frameKey{}).(*frameNum); ok && n.turn == t { // not a turn it called
+		return n.record(t)
+	}
+	return nil
 }
 
 // seen reports, in the message's turn, whether the object's commits record the message delivered.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -164,6 +165,70 @@ func TestWebSocketRelay_OwnerDiesDuringCall(t *testing.T) {
 		send(t, bob, "after")
 		require.Equal(t, `{"name":"bob"}:after`, recv(t, bob), "the message reached the next owner")
 		require.Less(t, time.Since(start), 2*clusterTTL, "within the takeover, not the call's timeout")
+		alice.Close()
+	})
+}
+
+// lostReplyCalls delivers the next WebSocket message a node sends to another, then loses its reply
+// and calls lose (which cuts the other node off): the owner ran the message and is lost before the
+// edge heard of it.
+type lostReplyCalls struct {
+	replog.Calls
+	mu   sync.Mutex
+	lose func()
+}
+
+func (c *lostReplyCalls) Send(ctx context.Context, node string, req []byte) ([]byte, error) {
+	reply, err := c.Calls.Send(ctx, node, req)
+	c.mu.Lock()
+	lose := c.lose
+	if lose != nil && bytes.Contains(req, []byte(`"op":"in"`)) && bytes.Contains(req, []byte(`"frames"`)) {
+		c.lose = nil
+	} else {
+		lose = nil
+	}
+	c.mu.Unlock()
+	if lose == nil {
+		return reply, err
+	}
+	lose()
+	return nil, fmt.Errorf("lost reply: %w", replog.ErrNoReply)
+}
+
+// S-CL18: a message whose turn wrote, then awaited (committing the write) and wrote nothing after,
+// is not applied again when its owner is lost before it answered: the commit at the Await recorded
+// it delivered, as a turn cut by a crash after an Await is not run again in one process either.
+func TestWebSocketRelay_OwnerLostAfterAnAwaitAppliesOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := replogtest.NewMemCluster()
+		n1 := openChatNode(t, c, "n1")
+		view := c.Node()
+		calls := &lostReplyCalls{Calls: view.Calls()}
+		n2 := &chatNode{chatEnv: openChatPipe(t, core.Options{Logger: slog.New(slog.DiscardHandler),
+			Replication: &core.Replication{Node: "n2", Log: view.Log(), Leases: view.Leases(), Beacon: view.Beacon(),
+				Calls: calls, LeaseTTL: clusterTTL}}), name: "n2", view: view}
+		room := roomAt(c, "n1", []string{"n1", "n2"})
+		alice := n1.join(t, room, "alice") // the room runs at n1
+		bob := n2.join(t, room, "bob")
+		require.Equal(t, "who:alice,bob", roundTrip(t, bob, "who"))
+		require.Equal(t, "tally:1", roundTrip(t, bob, "tally"))
+
+		// The next "tally" runs at n1 (its write committed at the Await), and n1 is cut off before
+		// its answer reaches the edge: the edge sends it again to the next owner, n2.
+		calls.mu.Lock()
+		calls.lose = n1.cut
+		calls.mu.Unlock()
+		bob.SetReadDeadline(time.Time{})
+		send(t, bob, "tally")
+		send(t, bob, "peek")
+		for {
+			_, frame, err := bob.ReadMessage()
+			require.NoError(t, err)
+			if got := string(frame); strings.HasPrefix(got, "peek:") {
+				require.Equal(t, "peek:2", got, "the second tally counted once")
+				break
+			}
+		}
 		alice.Close()
 	})
 }

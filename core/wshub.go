@@ -263,12 +263,13 @@ func (ws *WebSocket) onFrame(f wsconn.Frame, num *frameNum, outcome func(error))
 	}
 	ws.inflight <- struct{}{}
 	ws.ns.count(telemetry.MessageIn)
-	ws.post(outcome, func(ctx context.Context, inst any) error {
+	ws.post(outcome, num, func(ctx context.Context, inst any) error {
 		if !ws.c.Open() {
 			return nil // closed while the message waited (its accept was rolled back, say)
 		}
 		if num != nil {
-			if seen, err := num.seen(ctx.(*turn)); seen || err != nil {
+			num.turn = ctx.(*turn)
+			if seen, err := num.seen(num.turn); seen || err != nil {
 				return err // delivered already, by an owner lost before it answered
 			}
 		}
@@ -302,9 +303,12 @@ func (ws *WebSocket) delivered(err error) {
 // post queues fn as a turn of the owning object (re-created if evicted) without waiting for it; its
 // outcome goes to delivered (and to outcome, if set) once its writes are durable, and its
 // in-flight token is returned.
-func (ws *WebSocket) post(outcome func(error), fn func(context.Context, any) error) {
+func (ws *WebSocket) post(outcome func(error), num *frameNum, fn func(context.Context, any) error) {
 	rt := ws.rt
 	ctx, sp := rt.eventSpan(rt.base, "durable.websocket.message", ws.ns, ws.name)
+	if num != nil { // an Await in the turn commits its number with its writes (wsexact.go)
+		ctx = context.WithValue(ctx, frameKey{}, num)
+	}
 	var t *turn // the posted turn, for its measurements
 	delivered := func(err error) {
 		if outcome == nil || !errors.Is(err, ErrNotOwner) && !errors.Is(err, ErrFenced) {

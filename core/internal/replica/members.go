@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/durable-go/durable/internal/rendezvous"
+	"github.com/durable-go/durable/replog"
 )
 
 // Every node beats through the engine's beacon every quarter LeaseTTL, naming the shards it holds
@@ -81,12 +82,24 @@ func (n *Node) beat(gone bool) {
 	if !gone {
 		msg.Warm = n.warmList(msg.Shards)
 	}
-	b, _ := json.Marshal(msg)
+	b := encodeBeat(msg)
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.LeaseTTL)
 	defer cancel()
 	if err := n.cfg.Beacon.Beat(ctx, b); err != nil {
 		n.cfg.Logger.Debug("a beat could not be sent", "event", "beat_failed", "error", err)
 	}
+}
+
+// encodeBeat encodes msg, without its warm list if the beat would be over replog.MaxBeatBytes with
+// it: the leases must go out, the warm list is an optimisation (CL6), so a node holding hundreds of
+// shards sends its beats without it.
+func encodeBeat(msg beatMsg) []byte {
+	b, _ := json.Marshal(msg)
+	if len(b) > replog.MaxBeatBytes && msg.Warm != nil {
+		msg.Warm = nil
+		b, _ = json.Marshal(msg)
+	}
+	return b
 }
 
 // heard is the beacon's listener: it updates the table with a beat.

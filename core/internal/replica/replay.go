@@ -100,14 +100,25 @@ func (x *Object) read(target string, after uint64, want *logrecord.BatchID, st *
 				return nil, err
 			}
 		}
-		flags := os.O_RDWR | os.O_CREATE
-		if want == nil {
-			flags |= os.O_TRUNC
-		}
 		var err error
-		f, err = os.OpenFile(target, flags, 0o644)
-		written = err == nil
-		return f, err
+		f, err = os.OpenFile(target, os.O_RDWR|os.O_CREATE, 0o644)
+		if err == nil {
+			// Held as an open database holds its file: a background check of the file does not read
+			// it while it is written (a warm catch-up runs outside the object's gate).
+			err = sqlstore.LockFile(f)
+		}
+		if err == nil && want == nil {
+			err = f.Truncate(0)
+		}
+		if err != nil {
+			if f != nil {
+				f.Close()
+				f = nil
+			}
+			return nil, err
+		}
+		written = true
+		return f, nil
 	}
 	if want == nil {
 		if _, err := open(); err != nil {

@@ -67,3 +67,30 @@ func TestWarmList_BoundedAndMostRecentFirst(t *testing.T) {
 		t.Errorf("a shard not held names %d objects", len(got))
 	}
 }
+
+// S-CL6: with many shards held, the warm lists alone fit their budget but the beat would not: the
+// beat goes out without them (the leases it names are what other nodes need).
+func TestEncodeBeat_ManyShardsDropsTheWarmList(t *testing.T) {
+	msg := beatMsg{Node: "n1", Inc: "0123456789abcdef", Shards: map[int]uint64{}, Warm: map[int][]string{}}
+	for shard := range 1024 {
+		msg.Shards[shard] = uint64(1_000_000 + shard)
+		if shard < 400 {
+			msg.Warm[shard] = []string{"kv/" + strconv.Itoa(shard)}
+		}
+	}
+	b := encodeBeat(msg)
+	if len(b) > replog.MaxBeatBytes {
+		t.Fatalf("the beat is %d bytes; want at most %d", len(b), replog.MaxBeatBytes)
+	}
+	var got beatMsg
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Shards) != 1024 || got.Warm != nil {
+		t.Errorf("the beat names %d shards and %d warm lists; want 1024 and none", len(got.Shards), len(got.Warm))
+	}
+	small := beatMsg{Node: "n1", Shards: map[int]uint64{3: 7}, Warm: map[int][]string{3: {"kv/a"}}}
+	if err := json.Unmarshal(encodeBeat(small), &got); err != nil || len(got.Warm[3]) != 1 {
+		t.Errorf("a small beat lost its warm list: %v, %v", got.Warm, err)
+	}
+}

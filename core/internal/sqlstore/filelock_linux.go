@@ -56,6 +56,18 @@ func lockOwn(dc any, path string, write bool) error {
 	if !ok || syscall.Fstat(fd, &st) != nil || st.Dev != want.Dev || st.Ino != want.Ino {
 		return errNoOwnLock
 	}
+	return lockFD(fd, path, write)
+}
+
+// LockFile takes on f, a database file written outside SQLite (caught up from a log), the lock an
+// open database holds on its file, waiting up to the busy timeout for another connection to let go
+// of it: no connection of the runtime's, a background check's included, reads the file while it is
+// written. The lock goes with f's Close.
+func LockFile(f *os.File) error { return lockFD(int(f.Fd()), f.Name(), true) }
+
+// lockFD takes an OFD lock on the whole file of descriptor fd (path names it in errors), waiting up
+// to busyTimeout.
+func lockFD(fd int, path string, write bool) error {
 	wait := time.Millisecond
 	for deadline := time.Now().Add(busyTimeout); ; {
 		lk := syscall.Flock_t{Type: syscall.F_RDLCK} // whole file: start 0, length 0 (to any end)

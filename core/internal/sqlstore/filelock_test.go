@@ -121,3 +121,39 @@ func TestOpenWaitsForTheFile(t *testing.T) {
 		}
 	})
 }
+
+// S-O10: a database file written outside SQLite under LockFile (a catch-up from the log) is not
+// read by the runtime's other connections meanwhile: a background check's read-only open waits for
+// it, then reads the file once it is let go.
+func TestLockFile_HoldsTheFileFromReaders(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.sqlite")
+	db := openTest(t, path, "FULL")
+	writeRows(t, db, 3, 10)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	synctest.Test(t, func(t *testing.T) {
+		f, err := os.OpenFile(path, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := LockFile(f); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		if r, err := OpenReadOnly(path); !errors.Is(err, ErrBusy) {
+			if err == nil {
+				r.Close()
+			}
+			t.Fatalf("OpenReadOnly of a file being written: %v after %v, want ErrBusy", err, time.Since(start))
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		r, err := OpenReadOnly(path)
+		if err != nil {
+			t.Fatalf("OpenReadOnly once the file is let go: %v", err)
+		}
+		r.Close()
+	})
+}

@@ -42,6 +42,7 @@ type DB struct {
 	path     string
 	keepWAL  bool // closing does not checkpoint: every commit already fsynced the log
 	ownLock  bool // the connection locks the file itself (see ownLockVFS), not SQLite
+	failed   bool // the open failed: closing checkpoints nothing (the file may be another's to write)
 	db       *sql.DB
 	conn     *sql.Conn
 	prefix   string                 // names of the owner's tables
@@ -235,6 +236,7 @@ func open(path, vfs, synchronous, prefix string) (*DB, error) {
 		s.internal = false
 	}
 	if err != nil {
+		s.failed = true
 		s.Close()
 		return nil, err
 	}
@@ -253,7 +255,7 @@ func (s *DB) Close() error {
 	}
 	s.noLook = false // a quiesced database closes without taking its lookaside back
 	s.awake()
-	if trim {
+	if trim && !s.failed {
 		ckpt = s.ExecOwn("PRAGMA wal_checkpoint(TRUNCATE)")
 	}
 	s.ForgetStmts()
