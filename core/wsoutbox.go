@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"sync"
-	"time"
 
 	"github.com/durable-go/durable/replog"
 )
@@ -140,26 +138,7 @@ func (r *wsRelay) sendWatched(node string, req []byte) ([]byte, error) {
 	if !r.alive(node) { // not known alive: nothing to watch
 		return r.send(node, req)
 	}
-	ctx, cancel := context.WithTimeout(r.ctx, r.rt.router.opts.timeout)
-	defer cancel()
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer close(done)
-	wg.Go(func() {
-		t := time.NewTicker(r.ttl / 8)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				if !r.alive(node) {
-					cancel()
-					return
-				}
-			}
-		}
-	})
-	return r.rt.router.calls.Send(ctx, node, req)
+	reply, _, err := sendWatching(r.ctx, r.rt.router.calls, node, req, r.rt.router.opts.timeout, r.ttl/8,
+		func() bool { return !r.alive(node) })
+	return reply, err
 }
