@@ -115,31 +115,40 @@ func (x *cutter) Alarm(ctx context.Context, info core.AlarmInfo) error {
 	return nil
 }
 
+// cutAndReopen opens a runtime with opts in a new directory, arms an alarm for now on one object,
+// closes the runtime while the alarm's run waits in c, and opens the runtime again: it returns the
+// reopened runtime and when it was opened.
+func cutAndReopen(t *testing.T, c *cutOnce, opts core.Options) (*core.Runtime, time.Time) {
+	t.Helper()
+	started := c.started // read before the handler clears it
+	opts.Dir, opts.Logger = t.TempDir(), slog.New(slog.DiscardHandler)
+	open := func() (*core.Runtime, *core.Namespace[*cutter]) {
+		rt, err := core.Open(opts)
+		require.NoError(t, err)
+		ns, err := core.Register(rt, "cut", func(_ context.Context, st *core.State) (*cutter, error) { return &cutter{st: st, c: c}, nil })
+		require.NoError(t, err)
+		return rt, ns
+	}
+	rt, ns := open()
+	stub, err := ns.Get("o")
+	require.NoError(t, err)
+	require.NoError(t, core.Do(context.Background(), stub, func(ctx context.Context, x *cutter) error {
+		return x.st.SetAlarm(ctx, time.Now())
+	}))
+	<-started
+	require.NoError(t, rt.Close())
+	reopened := time.Now()
+	rt, _ = open()
+	return rt, reopened
+}
+
 // S-A10, S-CL9: a run cut short by the runtime's shutdown is retried at once
 // where the object is served next, not after the retry policy's delay (2 s):
 // reopened at once, the runtime runs it at once, as a retry.
 func TestAlarm_RunCutByCloseRetriedAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		dir := t.TempDir()
-		started := make(chan struct{})
-		c := &cutOnce{started: started}
-		open := func() (*core.Runtime, *core.Namespace[*cutter]) {
-			rt, err := core.Open(core.Options{Dir: dir, Logger: slog.New(slog.DiscardHandler)})
-			require.NoError(t, err)
-			ns, err := core.Register(rt, "cut", func(_ context.Context, st *core.State) (*cutter, error) { return &cutter{st: st, c: c}, nil })
-			require.NoError(t, err)
-			return rt, ns
-		}
-		rt, ns := open()
-		stub, err := ns.Get("o")
-		require.NoError(t, err)
-		require.NoError(t, core.Do(context.Background(), stub, func(ctx context.Context, x *cutter) error {
-			return x.st.SetAlarm(ctx, time.Now())
-		}))
-		<-started
-		require.NoError(t, rt.Close())
-		reopened := time.Now()
-		rt, _ = open()
+		c := &cutOnce{started: make(chan struct{})}
+		rt, reopened := cutAndReopen(t, c, core.Options{})
 		defer rt.Close()
 		time.Sleep(10 * time.Second)
 		synctest.Wait()
@@ -155,26 +164,8 @@ func TestAlarm_RunCutByCloseRetriedAtOnce(t *testing.T) {
 // (MaxRetries negative), a failed run would be a dead letter, but a cut run runs again.
 func TestAlarm_RunCutByCloseNeverDeadLetters(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		dir := t.TempDir()
-		started := make(chan struct{})
-		c := &cutOnce{started: started}
-		open := func() (*core.Runtime, *core.Namespace[*cutter]) {
-			rt, err := core.Open(core.Options{Dir: dir, Logger: slog.New(slog.DiscardHandler),
-				AlarmRetry: core.RetryPolicy{MaxRetries: -1}})
-			require.NoError(t, err)
-			ns, err := core.Register(rt, "cut", func(_ context.Context, st *core.State) (*cutter, error) { return &cutter{st: st, c: c}, nil })
-			require.NoError(t, err)
-			return rt, ns
-		}
-		rt, ns := open()
-		stub, err := ns.Get("o")
-		require.NoError(t, err)
-		require.NoError(t, core.Do(context.Background(), stub, func(ctx context.Context, x *cutter) error {
-			return x.st.SetAlarm(ctx, time.Now())
-		}))
-		<-started
-		require.NoError(t, rt.Close())
-		rt, _ = open()
+		c := &cutOnce{started: make(chan struct{})}
+		rt, _ := cutAndReopen(t, c, core.Options{AlarmRetry: core.RetryPolicy{MaxRetries: -1}})
 		defer rt.Close()
 		time.Sleep(10 * time.Second)
 		synctest.Wait()

@@ -118,6 +118,21 @@ func TestWebSocketRelay_CutOffEdgeCloses(t *testing.T) {
 // hangingCalls is a node's calls whose next WebSocket message sent to another node is never
 // answered: that node is cut off as it is sent (it died with the call), and the call waits for its
 // context.
+// isMessageCall reports whether req, a call between nodes, carries a WebSocket's messages to the
+// object's owner.
+func isMessageCall(req []byte) bool {
+	return bytes.Contains(req, []byte(`"op":"in"`)) && bytes.Contains(req, []byte(`"frames"`))
+}
+
+// openChatNodeWith is openChatNode with calls, the node's calls to the others, in place of its own.
+func openChatNodeWith(t *testing.T, c *replogtest.MemCluster, name string, calls func(replog.Calls) replog.Calls) *chatNode {
+	t.Helper()
+	view := c.Node()
+	return &chatNode{chatEnv: openChatPipe(t, core.Options{Logger: slog.New(slog.DiscardHandler),
+		Replication: &core.Replication{Node: name, Log: view.Log(), Leases: view.Leases(), Beacon: view.Beacon(),
+			Calls: calls(view.Calls()), LeaseTTL: clusterTTL}}), name: name, view: view}
+}
+
 type hangingCalls struct {
 	replog.Calls
 	mu   sync.Mutex
@@ -127,7 +142,7 @@ type hangingCalls struct {
 func (c *hangingCalls) Send(ctx context.Context, node string, req []byte) ([]byte, error) {
 	c.mu.Lock()
 	hang := c.hang
-	if hang != nil && bytes.Contains(req, []byte(`"op":"in"`)) && bytes.Contains(req, []byte(`"frames"`)) {
+	if hang != nil && isMessageCall(req) {
 		c.hang = nil
 	} else {
 		hang = nil
@@ -147,11 +162,8 @@ func TestWebSocketRelay_OwnerDiesDuringCall(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := replogtest.NewMemCluster()
 		n1 := openChatNode(t, c, "n1")
-		view := c.Node()
-		calls := &hangingCalls{Calls: view.Calls()}
-		n2 := &chatNode{chatEnv: openChatPipe(t, core.Options{Logger: slog.New(slog.DiscardHandler),
-			Replication: &core.Replication{Node: "n2", Log: view.Log(), Leases: view.Leases(), Beacon: view.Beacon(),
-				Calls: calls, LeaseTTL: clusterTTL}}), name: "n2", view: view}
+		var calls *hangingCalls
+		n2 := openChatNodeWith(t, c, "n2", func(own replog.Calls) replog.Calls { calls = &hangingCalls{Calls: own}; return calls })
 		room := roomAt(c, "n1", []string{"n1", "n2"})
 		alice := n1.join(t, room, "alice") // the room runs at n1
 		bob := n2.join(t, room, "bob")
@@ -182,7 +194,7 @@ func (c *lostReplyCalls) Send(ctx context.Context, node string, req []byte) ([]b
 	reply, err := c.Calls.Send(ctx, node, req)
 	c.mu.Lock()
 	lose := c.lose
-	if lose != nil && bytes.Contains(req, []byte(`"op":"in"`)) && bytes.Contains(req, []byte(`"frames"`)) {
+	if lose != nil && isMessageCall(req) {
 		c.lose = nil
 	} else {
 		lose = nil
@@ -202,11 +214,8 @@ func TestWebSocketRelay_OwnerLostAfterAnAwaitAppliesOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := replogtest.NewMemCluster()
 		n1 := openChatNode(t, c, "n1")
-		view := c.Node()
-		calls := &lostReplyCalls{Calls: view.Calls()}
-		n2 := &chatNode{chatEnv: openChatPipe(t, core.Options{Logger: slog.New(slog.DiscardHandler),
-			Replication: &core.Replication{Node: "n2", Log: view.Log(), Leases: view.Leases(), Beacon: view.Beacon(),
-				Calls: calls, LeaseTTL: clusterTTL}}), name: "n2", view: view}
+		var calls *lostReplyCalls
+		n2 := openChatNodeWith(t, c, "n2", func(own replog.Calls) replog.Calls { calls = &lostReplyCalls{Calls: own}; return calls })
 		room := roomAt(c, "n1", []string{"n1", "n2"})
 		alice := n1.join(t, room, "alice") // the room runs at n1
 		bob := n2.join(t, room, "bob")

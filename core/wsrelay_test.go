@@ -17,6 +17,7 @@ import (
 	"github.com/durable-go/durable/core"
 	"github.com/durable-go/durable/core/coretest"
 	"github.com/durable-go/durable/core/internal/replica"
+	"github.com/durable-go/durable/replog"
 	"github.com/durable-go/durable/replog/replogtest"
 )
 
@@ -29,11 +30,7 @@ type chatNode struct {
 
 func openChatNode(t *testing.T, c *replogtest.MemCluster, name string) *chatNode {
 	t.Helper()
-	view := c.Node()
-	env := openChatPipe(t, core.Options{Logger: slog.New(slog.DiscardHandler),
-		Replication: &core.Replication{Node: name, Log: view.Log(), Leases: view.Leases(), Beacon: view.Beacon(),
-			Calls: view.Calls(), LeaseTTL: clusterTTL}})
-	return &chatNode{chatEnv: env, name: name, view: view}
+	return openChatNodeWith(t, c, name, func(own replog.Calls) replog.Calls { return own })
 }
 
 // cut makes n look dead to the others: every link of its is cut (its clients' connections stay).
