@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -20,7 +21,9 @@ import (
 // mode (its default settings), whose commit is one such append. From 1 caller to one subject (one
 // object), and from 16 callers each to a subject of its own in a stream of its own (16 objects,
 // each in a shard of its own: 16 raft groups in both). The runtime and the raw appends use the
-// same connection's node. Divide impl=cluster's calls/s by impl=raw's.
+// same connection's node, and each raw stream is configured as the shard's stream is and led by
+// the same server, that node (an append to a stream led elsewhere crosses one more route). Divide
+// impl=cluster's calls/s by impl=raw's.
 func BenchmarkClusterAppend(b *testing.B) {
 	const shards = 16
 	js := startJS(b, 3)
@@ -44,6 +47,15 @@ func BenchmarkClusterAppend(b *testing.B) {
 		}
 	}
 	raw := newRawAppends(b, node.nc, shards)
+	// Each shard's stream and its raw stream led by the same server, the runtime's: where a stream's
+	// leader is decides whether an append crosses a route, and elections place them at random.
+	for i := range shards {
+		for _, stream := range []string{fmt.Sprintf("append_log_%d", i), fmt.Sprintf("RAW_%d", i)} {
+			if err := leadOn(node.nc, stream, js.cfgs[0].Name); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
 	// Warm up both for 2 s (the streams just made catch up, the leaders settle), outside the clock:
 	// the first sub-benchmark would pay for it otherwise.
 	warm := make(chan error, shards)
@@ -109,7 +121,8 @@ func newRawAppends(b *testing.B, nc *nats.Conn, n int) *rawAppends {
 	defer cancel()
 	for i := range n {
 		_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: fmt.Sprintf("RAW_%d", i), Subjects: []string{fmt.Sprintf("raw.%d", i)},
-			Storage: jetstream.FileStorage, Replicas: 3, AllowDirect: true, DenyDelete: true})
+			Storage: jetstream.FileStorage, Replicas: 3, Retention: jetstream.LimitsPolicy, Discard: jetstream.DiscardOld,
+			MaxMsgs: -1, MaxBytes: -1, MaxMsgsPerSubject: -1, AllowDirect: true, AllowMsgTTL: true, AllowRollup: true, DenyDelete: true})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -131,4 +144,35 @@ func (r *rawAppends) append(ctx context.Context, i int) error {
 	}
 	r.last[i] = ack.Sequence
 	return nil
+}
+
+// leadOn makes server the leader of stream: it asks the leader to step down in its favour, and waits
+// until the stream's information names it.
+func leadOn(nc *nats.Conn, stream, server string) error {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	req, _ := json.Marshal(map[string]any{"placement": map[string]string{"preferred": server}})
+	deadline := time.Now().Add(time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		s, err := js.Stream(ctx, stream)
+		var leader string
+		if err == nil && s.CachedInfo().Cluster != nil {
+			leader = s.CachedInfo().Cluster.Leader
+		}
+		if leader == server {
+			cancel()
+			return nil
+		}
+		if leader != "" {
+			_, _ = nc.RequestWithContext(ctx, "$JS.API.STREAM.LEADER.STEPDOWN."+stream, req)
+		}
+		cancel()
+		if time.Now().After(deadline) {
+			return fmt.Errorf("stream %s: led by %q, not %q: %v", stream, leader, server, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

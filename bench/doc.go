@@ -97,8 +97,9 @@
 //     durable counter increment of a runtime in cluster mode with its
 //     default settings (impl=cluster), from 1 caller to one subject (one
 //     object) and from 16 callers over 16 subjects (16 objects, each in a
-//     shard of its own); divide the two calls/s (go test -run '^$' -bench
-//     ClusterAppend ./bench, under a minute).
+//     shard of its own), each raw stream configured as the shard's and both
+//     led by the runtime's server; divide the two calls/s (go test -run '^$'
+//     -bench ClusterAppend ./bench, under a minute).
 //     BenchmarkTakeoverActivate (takeover_test.go) is the first call to an
 //     object after its owner stopped as a dead machine stops and a survivor
 //     took the shard over, for a log of 1,000 and 10,000 counter increments
