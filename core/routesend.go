@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/durable-go/durable/replog"
@@ -34,31 +34,48 @@ func (ro *router) send(ctx context.Context, node string, req []byte, watch bool)
 
 // sendWatching sends req to node, waiting at most timeout for the reply, and gives the attempt up
 // as soon as gone, asked every period while it waits, reports the node gone; it reports whether it
-// gave the attempt up so.
+// gave the attempt up so. The asking is a timer's function, not a goroutine of the attempt's: a
+// reply is returned as soon as it comes, without waiting for another goroutine to be scheduled and
+// stop, and the timer is stopped before sendWatching returns (a function already started asks
+// nothing and cancels nothing once the reply is in: watch.over).
 func sendWatching(ctx context.Context, calls replog.Calls, node string, req []byte, timeout, period time.Duration, gone func() bool) ([]byte, bool, error) {
 	actx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	var cut atomic.Bool
-	watched := make(chan struct{})
-	go func() { // owned by sendWatching, which waits for it
-		defer close(watched)
-		t := time.NewTicker(period)
-		defer t.Stop()
-		for {
-			select {
-			case <-actx.Done():
-				return
-			case <-t.C:
-				if gone() {
-					cut.Store(true)
-					cancel()
-					return
-				}
-			}
-		}
-	}()
+	w := &watch{gone: gone, cancel: cancel, period: period}
+	w.mu.Lock()
+	w.t = time.AfterFunc(period, w.check)
+	w.mu.Unlock()
 	reply, err := calls.Send(actx, node, req)
-	cancel()
-	<-watched
-	return reply, cut.Load(), err
+	w.mu.Lock()
+	w.over = true
+	w.t.Stop()
+	cut := w.cut
+	w.mu.Unlock()
+	return reply, cut, err
+}
+
+// watch asks, every period while an attempt waits for its reply, whether its node is gone, and
+// cancels the attempt if so.
+type watch struct {
+	gone   func() bool
+	cancel context.CancelFunc
+	period time.Duration
+
+	mu   sync.Mutex // guards the fields below
+	t    *time.Timer
+	over bool // the attempt has its answer: nothing more is asked
+	cut  bool // the node was found gone: the attempt was canceled
+}
+
+func (w *watch) check() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case w.over:
+	case w.gone():
+		w.cut = true
+		w.cancel()
+	default:
+		w.t.Reset(w.period)
+	}
 }
