@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/durable-go/durable/cluster"
 	"github.com/durable-go/durable/core"
+	"github.com/durable-go/durable/replog"
 )
 
 // BenchmarkClusterAppend is a cluster write beside the engine's limit, in the same run, on the same
@@ -23,11 +25,18 @@ import (
 // each in a shard of its own: 16 raft groups in both). The runtime and the raw appends use the
 // same connection's node, and each raw stream is configured as the shard's stream is and led by
 // the same server, that node (an append to a stream led elsewhere crosses one more route). Divide
-// impl=cluster's calls/s by impl=raw's.
+// impl=cluster's calls/s by impl=raw's. call-us is the mean time of one call (an append, a
+// write), and for impl=cluster append-us the mean time of one append of the runtime's (its round
+// trip to the quorum and back, as the engine makes it): call-us less append-us is what a write
+// adds to its append.
 func BenchmarkClusterAppend(b *testing.B) {
 	const shards = 16
 	js := startJS(b, 3)
-	node := js.runtimeOn(b, 0, cluster.Config{Replicas: 3, Shards: shards, Prefix: "append"}, 0)
+	var log *timedLog
+	node := js.runtimeOn(b, 0, cluster.Config{Replicas: 3, Shards: shards, Prefix: "append"}, 0, func(o *core.Options) {
+		log = &timedLog{Log: o.Replication.Log}
+		o.Replication.Log = log
+	})
 	ns := counterNS(b, node.rt)
 
 	// One object in each shard, resident (its lease taken, its epoch opened) before the clock runs.
@@ -87,18 +96,26 @@ func BenchmarkClusterAppend(b *testing.B) {
 			slots <- i
 		}
 		b.Run(fmt.Sprintf("subjects=%d/callers=%d/impl=raw", callers, callers), func(b *testing.B) {
+			var calls spent
 			runCallers(b, callers, "calls/s", func(ctx context.Context) error {
 				i := <-slots
 				defer func() { slots <- i }()
+				defer calls.since(time.Now())
 				return raw.append(ctx, i)
 			})
+			calls.report(b, "call-us")
 		})
 		b.Run(fmt.Sprintf("subjects=%d/callers=%d/impl=cluster", callers, callers), func(b *testing.B) {
+			var calls spent
+			log.appends.reset()
 			runCallers(b, callers, "calls/s", func(ctx context.Context) error {
 				i := <-slots
 				defer func() { slots <- i }()
+				defer calls.since(time.Now())
 				return core.Do(ctx, objects[i], increment)
 			})
+			calls.report(b, "call-us")
+			log.appends.report(b, "append-us")
 		})
 	}
 }
@@ -175,4 +192,37 @@ func leadOn(nc *nats.Conn, stream, server string) error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// spent adds up the time of calls made concurrently.
+type spent struct {
+	n, total atomic.Int64
+}
+
+func (s *spent) since(start time.Time) {
+	s.total.Add(int64(time.Since(start)))
+	s.n.Add(1)
+}
+
+func (s *spent) reset() {
+	s.n.Store(0)
+	s.total.Store(0)
+}
+
+// report reports the mean time of one call, in µs.
+func (s *spent) report(b *testing.B, unit string) {
+	if n := s.n.Load(); n > 0 {
+		b.ReportMetric(float64(s.total.Load())/float64(n)/1e3, unit)
+	}
+}
+
+// timedLog is a runtime's log that times its appends.
+type timedLog struct {
+	replog.Log
+	appends spent
+}
+
+func (l *timedLog) Append(ctx context.Context, key string, expect uint64, rec []byte) (uint64, error) {
+	defer l.appends.since(time.Now())
+	return l.Log.Append(ctx, key, expect, rec)
 }

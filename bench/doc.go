@@ -208,6 +208,10 @@
 //     65,536 calls of the round, in microseconds.
 //   - turns/commit (RoutedCall, op=write): the turns each of the owner's
 //     commits served over the round (group commit).
+//   - call-us, append-us (ClusterAppend): the mean time of one call (a raw
+//     append, a cluster write), and of one append the runtime made to its
+//     log (impl=cluster); call-us less append-us is what a write adds to
+//     its append.
 //   - alarms/s (ClusterAlarmFire): alarm runs per second of the loop.
 //
 // The machine matters: throughput of durable writes is bounded by how many
