@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -504,3 +505,40 @@ func (recordHandler) Enabled(_ context.Context, l slog.Level) bool    { return l
 func (h recordHandler) Handle(_ context.Context, r slog.Record) error { h(r); return nil }
 func (h recordHandler) WithAttrs([]slog.Attr) slog.Handler            { return h }
 func (h recordHandler) WithGroup(string) slog.Handler                 { return h }
+
+// A read's answers are kept in memory that grows with them: a read of a few records allocates
+// kilobytes, not the 512 KiB channel of a synchronous subscription per request.
+func TestEngine_ReadAllocatesLittle(t *testing.T) {
+	c := sharedCluster(t)
+	e := c.engine(t, 0, cluster.Config{})
+	ctx := t.Context()
+	var seq uint64
+	for i := range 8 {
+		var err error
+		if seq, err = e.Append(ctx, "small", seq, fmt.Appendf(nil, "record %d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func() {
+		n := 0
+		if err := e.Read(ctx, "small", 0, func(uint64, []byte) error { n++; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if n != 8 {
+			t.Fatalf("read %d records, want 8", n)
+		}
+	}
+	read()
+	const reads = 20
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range reads {
+		read()
+	}
+	runtime.ReadMemStats(&after)
+	perRead := (after.TotalAlloc - before.TotalAlloc) / reads
+	t.Logf("%d bytes allocated per read (the whole process's allocations, the nodes' included)", perRead)
+	if perRead > 256<<10 {
+		t.Fatalf("a read of 8 records allocated %d KiB", perRead>>10)
+	}
+}

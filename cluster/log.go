@@ -139,11 +139,11 @@ func (e *Engine) tryConfirmedLast(ctx context.Context, stream, subject, barrier 
 // there is one.
 func (e *Engine) writeBarrier(ctx context.Context, barrier string) (uint64, error) {
 	inbox := e.nc.NewInbox()
-	sub, err := e.nc.SubscribeSync(inbox + ".*")
+	answers, err := e.subscribeReplies(inbox + ".*")
 	if err != nil {
 		return 0, err
 	}
-	defer sub.Unsubscribe()
+	defer answers.close()
 	m := &nats.Msg{Subject: barrier, Header: nats.Header{}}
 	m.Header.Set(jetstream.MsgTTLHeader, barrierTTL)
 	sent := 0
@@ -157,7 +157,7 @@ func (e *Engine) writeBarrier(ctx context.Context, barrier string) (uint64, erro
 	}
 	for {
 		wait, cancel := context.WithTimeout(ctx, e.hedgeAfter())
-		a, err := sub.NextMsgWithContext(wait)
+		a, err := answers.next(wait)
 		cancel()
 		switch {
 		case err != nil && ctx.Err() == nil:
@@ -221,11 +221,11 @@ func (e *Engine) lastUpTo(ctx context.Context, stream, subject, barrier string, 
 // read to its end, the others are ignored.
 func (e *Engine) directGet(ctx context.Context, stream string, req []byte, fn func(seq uint64, m *nats.Msg)) error {
 	inbox := e.nc.NewInbox()
-	sub, err := e.nc.SubscribeSync(inbox + ".*")
+	answers, err := e.subscribeReplies(inbox + ".*")
 	if err != nil {
 		return err
 	}
-	defer sub.Unsubscribe()
+	defer answers.close()
 	sent := 0
 	send := func() error {
 		sent++
@@ -241,7 +241,7 @@ func (e *Engine) directGet(ctx context.Context, stream string, req []byte, fn fu
 		if chosen == "" {
 			wait, cancel = context.WithTimeout(ctx, e.hedgeAfter())
 		}
-		m, err := sub.NextMsgWithContext(wait)
+		m, err := answers.next(wait)
 		cancel()
 		if err != nil && chosen == "" && ctx.Err() == nil {
 			if err := send(); err != nil { // no answer yet: ask another replica
@@ -399,16 +399,16 @@ func (e *Engine) purge(ctx context.Context, stream, filter string, before uint64
 	req, _ := json.Marshal(r)
 	return e.retry(ctx, func(ctx context.Context) error {
 		inbox := e.nc.NewRespInbox()
-		sub, err := e.nc.SubscribeSync(inbox)
+		answers, err := e.subscribeReplies(inbox)
 		if err != nil {
 			return permanent{err}
 		}
-		defer sub.Unsubscribe()
+		defer answers.close()
 		if err := e.nc.PublishRequest(e.apiPfx+".STREAM.PURGE."+stream, inbox, req); err != nil {
 			return permanent{err}
 		}
 		for {
-			m, err := sub.NextMsgWithContext(ctx)
+			m, err := answers.next(ctx)
 			if err != nil {
 				return fmt.Errorf("purge: %w", err)
 			}
