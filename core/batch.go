@@ -95,6 +95,9 @@ type batch struct {
 	timers   bool // a segment in it changed a timer
 	drops    bool // a segment in it deleted the object's facets (DeleteAll): in cluster mode its record says so
 	effects  []effect
+	// wake are the callers whose turns a runner ran into the batch: each is woken once, when the
+	// commit is over (finish), instead of once at its turn's end and again at the commit.
+	wake []*waiter
 	// gatherEnd is when the batch stops waiting for callers to join it (gather); zero until it first
 	// waits.
 	gatherEnd time.Time
@@ -220,7 +223,7 @@ func (t *turn) endSegment(failed bool) error {
 			o.fresh = true
 		}
 		err = o.store.Control("ROLLBACK")
-		close(b.done)
+		b.close()
 	case failed:
 		err = o.store.Control("ROLLBACK TO turn")
 		if err == nil {
@@ -398,8 +401,17 @@ func (b *batch) finish(err error) error {
 	b.err = err
 	release(b.effects, err == nil)
 	b.effects = nil
-	close(b.done)
+	b.close()
 	return err
+}
+
+// close marks the commit over and wakes the callers waiting for it.
+func (b *batch) close() {
+	close(b.done)
+	for _, w := range b.wake {
+		w.ch <- struct{}{} // w is its caller's from here
+	}
+	b.wake = nil
 }
 
 // fail is the one failure path of an object: the runtime's own transaction statements failed (the
