@@ -264,10 +264,12 @@ func (o *object) leave() *batch {
 	b := o.batch
 	if b != nil {
 		queued := o.queued()
-		if !queued && b.turns == 1 && o.lastBatch > 1 {
-			// The callers of the last batch were all released at once by its commit; the first one
-			// back should not commit alone while the others are on their way. Give them a moment to
-			// queue.
+		if !queued && b.turns < o.lastBatch && (b.turns == 1 || b.dirty) {
+			// The callers of the last batch were all released at once by its commit; this batch
+			// should not commit without those still on their way: woken, runnable, but not yet run
+			// (behind this goroutine on its processor). Give them a moment to queue. A caller that
+			// does not come back costs one yield per batch; a clean batch appends nothing and only
+			// yields for its first turn.
 			runtime.Gosched()
 			queued = o.queued()
 		}
