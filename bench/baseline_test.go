@@ -24,7 +24,8 @@ const batchSize = 64
 //   - txn=per-insert commits (and fsyncs) every insert on one file, as the
 //     runtime must for one caller: compare BenchmarkWrite/telemetry=off/sync=FULL/callers=1.
 //   - txn=batched commits every 64 inserts, as group commit can at best:
-//     compare BenchmarkWrite/telemetry=off/sync=FULL/callers=64.
+//     compare BenchmarkWrite/telemetry=off/sync=FULL/callers=64, by calls/s
+//     and by cpu-us/op (the figure a loaded machine disturbs least).
 //   - txn=per-insert/files=1000/callers=64 spreads one-insert transactions
 //     over 1,000 files from 64 goroutines, which is what the disk allows
 //     across files: compare BenchmarkManyKeys.
@@ -60,6 +61,7 @@ func BenchmarkBaseline(b *testing.B) {
 		var tx *sql.Tx
 		var stmt *sql.Stmt
 		n := 0
+		cpu := cpuTime()
 		for b.Loop() {
 			if tx == nil {
 				var err error
@@ -86,6 +88,7 @@ func BenchmarkBaseline(b *testing.B) {
 			}
 		}
 		reportRate(b, b.N, "calls/s")
+		reportCPU(b, cpuTime()-cpu, b.N)
 	})
 
 	// The files are opened once: RunParallel runs the function again for

@@ -95,6 +95,9 @@ type batch struct {
 	timers   bool // a segment in it changed a timer
 	drops    bool // a segment in it deleted the object's facets (DeleteAll): in cluster mode its record says so
 	effects  []effect
+	// wake are the callers whose turns a runner ran into the batch: each is woken once, when the
+	// commit is over (finish), instead of once at its turn's end and again at the commit.
+	wake []*waiter
 	// gatherEnd is when the batch stops waiting for callers to join it (gather); zero until it first
 	// waits.
 	gatherEnd time.Time
@@ -220,7 +223,7 @@ func (t *turn) endSegment(failed bool) error {
 			o.fresh = true
 		}
 		err = o.store.Control("ROLLBACK")
-		close(b.done)
+		b.close()
 	case failed:
 		err = o.store.Control("ROLLBACK TO turn")
 		if err == nil {
@@ -261,10 +264,12 @@ func (o *object) leave() *batch {
 	b := o.batch
 	if b != nil {
 		queued := o.queued()
-		if !queued && b.turns == 1 && o.lastBatch > 1 {
-			// The callers of the last batch were all released at once by its commit; the first one
-			// back should not commit alone while the others are on their way. Give them a moment to
-			// queue.
+		if !queued && b.turns < o.lastBatch && (b.turns == 1 || b.dirty) {
+			// The callers of the last batch were all released at once by its commit; this batch
+			// should not commit without those still on their way: woken, runnable, but not yet run
+			// (behind this goroutine on its processor). Give them a moment to queue. A caller that
+			// does not come back costs one yield per batch; a clean batch appends nothing and only
+			// yields for its first turn.
 			runtime.Gosched()
 			queued = o.queued()
 		}
@@ -398,8 +403,17 @@ func (b *batch) finish(err error) error {
 	b.err = err
 	release(b.effects, err == nil)
 	b.effects = nil
-	close(b.done)
+	b.close()
 	return err
+}
+
+// close marks the commit over and wakes the callers waiting for it.
+func (b *batch) close() {
+	close(b.done)
+	for _, w := range b.wake {
+		w.ch <- struct{}{} // w is its caller's from here
+	}
+	b.wake = nil
 }
 
 // fail is the one failure path of an object: the runtime's own transaction statements failed (the

@@ -37,7 +37,9 @@
 //   - Output gate. A result leaves only once the commit holding the turn's writes (and any writes
 //     it read) is durable: WAL, synchronous=FULL by default (in cluster mode, once the log holds
 //     it, and NORMAL locally). Queued turns share one transaction and one fsync (group commit); an
-//     idle object commits at once. In cluster mode a batch that holds fewer turns than the last one
+//     idle object commits at once. A batch that finds nobody queued while it holds fewer turns
+//     than the last one lets runnable goroutines run once (a yield, no clock) before it commits,
+//     so that the last batch's callers on their way back join it. In cluster mode a batch that holds fewer turns than the last one
 //     (with those that queued while it committed) waits for its callers to come back, for at most
 //     half as long as its last append to the log took (at most 20 ms), before it commits.
 //   - Alarms are delivered at least once: a timer stays stored until its run's last segment

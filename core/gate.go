@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // The gate: one turn at a time per object, in FIFO order. It is a hand-off lock. A caller that
@@ -11,7 +13,7 @@ import (
 // When the holder is done, the first waiter gets the gate: handed to its goroutine directly, or,
 // while callers keep queueing, its turn is run for it by a runner, a goroutine that holds the gate
 // and runs the queued turns one after the other in FIFO order, waking each caller once its turn is
-// over (see serve). A turn costs one mutex round trip when the object is idle; under contention the
+// over, or, if the turn's writes joined a batch still open, once that batch's commit is (see serve). A turn costs one mutex round trip when the object is idle; under contention the
 // gate passes from turn to turn without a goroutine switch, and the callers' wake-ups run beside the
 // turns instead of between them. A wait that could never end is refused (checkDeadlock).
 
@@ -28,6 +30,7 @@ type waiter struct {
 	exited    bool // the turn's code called runtime.Goexit
 	err       error
 	b         *batch
+	commit    trace.Span // the span of the caller's wait for b's commit, begun when its turn ended
 }
 
 // acquire takes the gate for t, queueing in FIFO order if it is held. A reentry (a turn coming back
@@ -163,8 +166,10 @@ func (o *object) pass(combine bool) *waiter {
 
 // serve is a runner: it runs w's turn for its caller, then the next queued turn, and so on, holding
 // the gate throughout, until the queue is empty (the gate is freed) or the next waiter must run on
-// its own goroutine (it is handed the gate). Each caller is woken once its turn has ended; it waits
-// for the turn's commit itself. The turn's context is the caller's turn, as on the caller's
+// its own goroutine (it is handed the gate). Each caller is woken once: when its turn's commit is
+// over (the batch wakes it), or when its turn has ended if nothing of it waits for a commit. Woken
+// at the end of its turn only to wait for the commit, it would be one more goroutine switch per call
+// while the runner goes on with the next turns. The turn's context is the caller's turn, as on the caller's
 // goroutine; a panic is recovered as it is there. If the turn's code calls runtime.Goexit, the
 // runner ends: the gate goes to the next waiter's goroutine, and the caller's goroutine exits in
 // turn (see runTurn).
@@ -223,6 +228,11 @@ func (o *object) runFor(w *waiter) (next *waiter) {
 		return o.pass(true)
 	}
 	w.err, w.b, w.ran = err, b, true
+	if b != nil && !b.over() { // the caller is woken once, by the commit, which it would wait for
+		w.commit = o.rt.tel.CommitWait(t.Context)
+		b.wake = append(b.wake, w)
+		return o.pass(true)
+	}
 	next = o.pass(true)
 	w.ch <- struct{}{} // w is the caller's from here
 	return next

@@ -187,9 +187,11 @@ func (o *object) runTurn(t *turn, code turnCode, reentry bool, body func(*turn) 
 		return o.refused(err)
 	}
 	if w != nil { // a runner ran the turn (and measured its wait for the gate)
-		err, b, exited := w.err, w.b, w.exited
+		err, b, exited, commit := w.err, w.b, w.exited, w.commit
 		o.recycle(w)
-		commit := tel.CommitWait(t.Context)
+		if commit == nil {
+			commit = tel.CommitWait(t.Context)
+		}
 		if werr := b.wait(); err == nil {
 			err = werr
 		}
