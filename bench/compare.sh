@@ -9,9 +9,9 @@
 # old.txt and new.txt in $OUT (a temporary directory), the load average
 # before each run to uptime.txt; read medians with benchstat, or the ratios
 # to the baselines in each run. DURABLE_BENCH_LARGE=1 adds the
-# 100,000-object cases. SET=hot runs only the per-key figures (Forward,
-# Write, RoomFanout at 100 clients, with their baselines): the check for a
-# change that should move no number. Where REV's API differs from the work
+# 100,000-object cases. SET=hot runs only the per-key figures (Forward at 1
+# and 64 callers, Process and Write at 64, RoomFanout at 100 clients, with
+# their baselines): the check for a change to the turn's path. Where REV's API differs from the work
 # tree's, so that today's benchmark code does not build against it, REV is
 # measured with its own benchmark code, and the script says so.
 set -euo pipefail
@@ -44,6 +44,7 @@ for i in $(seq "$count"); do
 		if [ "${SET:-}" = hot ]; then
 			run -test.bench '^BenchmarkForward/telemetry=off/callers=(1|64)$' -test.benchtime 1s
 			run -test.bench '^BenchmarkBaseline/gate=fifo/callers=(1|64)$' -test.benchtime 1s
+			run -test.bench '^BenchmarkProcess/callers=64$' -test.benchtime 1s
 			run -test.bench '^BenchmarkWrite/telemetry=off/sync=FULL/callers=64$' -test.benchtime 1s
 			run -test.bench '^BenchmarkBaseline/txn=batched$' -test.benchtime 1s
 			run -test.bench '^BenchmarkRoomFanout/clients=100$' -test.benchtime 2s

@@ -158,6 +158,14 @@
 // It prints the directory holding old.txt, new.txt and the load averages
 // (uptime.txt). Compare medians, and each figure with its baseline from the
 // same run (impl=bare, history=0MB, objects=1000, gate=fifo, txn=batched).
+// SET=hot measures only the turn's path: Forward at 1 and 64 callers (with
+// gate=fifo), Process and Write at 64 (with txn=batched) and RoomFanout at
+// 100 clients (with its gorilla hub):
+//
+//	SET=hot bash bench/compare.sh main 5
+//
+// On a loaded machine a ratio to a baseline is an upper bound, not a
+// result: cpu-us/op and allocs/op are the figures to read there.
 //
 // # Reading the units
 //

@@ -102,7 +102,7 @@ func (ns *namespace) residentActive(name string) (time.Time, bool) {
 	if o.held {
 		return o.rt.coarseNow(), true
 	}
-	return o.lastActive, true
+	return time.Unix(0, o.lastActive), true
 }
 
 // initMeta writes a new database's identity: the runtime's tables are there, in the batch's
@@ -133,7 +133,7 @@ func (o *object) touchCatalog() {
 	o.mu.Lock()
 	active := o.lastActive
 	o.mu.Unlock()
-	o.rt.ix.Touch(o.ns.name, o.id, active.UnixNano(), datadir.FileSize(o.place.db))
+	o.rt.ix.Touch(o.ns.name, o.id, active, datadir.FileSize(o.place.db))
 }
 
 // Quarantine moves an object's files (its database, WAL, and its facets' directory) out of the way,

@@ -102,8 +102,15 @@ func (o *object) got(w *waiter) *waiter {
 	return nil
 }
 
+// recycle gives w back once its caller is done with it. It goes to the spare slot if that is
+// empty, without taking o.mu: under contention the callers, woken one after the other as their
+// turns end, would otherwise queue for o.mu behind the goroutine passing the gate. The next caller
+// to queue takes it (newWaiter).
 func (o *object) recycle(w *waiter) {
 	*w = waiter{ch: w.ch}
+	if o.spare.Load() == nil && o.spare.CompareAndSwap(nil, w) {
+		return
+	}
 	o.mu.Lock()
 	if len(o.free) < 64 {
 		o.free = append(o.free, w)
@@ -157,7 +164,7 @@ func (o *object) pass(combine bool) *waiter {
 		}
 		o.held = false
 		o.holder.Store(nil)
-		o.lastActive = o.rt.coarseNow()
+		o.lastActive = o.rt.clock.Load()
 		o.lastUse = o.rt.uses.Add(1)
 		o.mu.Unlock()
 		return nil
@@ -267,8 +274,12 @@ func (o *object) post(t *turn, code turnCode, then func(error)) error {
 	return nil
 }
 
-// newWaiter takes a waiter from the free list, or makes one. o.mu is held.
+// newWaiter takes the spare waiter, or one from the free list, or makes one. o.mu is held: only
+// recycle fills the spare slot, and only newWaiter empties it.
 func (o *object) newWaiter() *waiter {
+	if o.spare.Load() != nil {
+		return o.spare.Swap(nil)
+	}
 	if n := len(o.free); n > 0 {
 		w := o.free[n-1]
 		o.free = o.free[:n-1]

@@ -279,3 +279,49 @@ func TestCall_DeadlockAmongQueuedCalls(t *testing.T) {
 		}
 	})
 }
+
+// turnCount is an object without storage: its turns only count.
+type turnCount struct{ n int }
+
+// C1: many callers at once on one object, the contention under which turns
+// are run for their callers and the callers' waiters are recycled: each
+// call returns its own turn's result, and every turn ran once. (The bubble
+// fails at once if a caller is never woken.)
+func TestCall_ManyCallersEachGetTheirOwnResult(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := coretest.Open(t, core.Options{})
+		ns, err := core.Register(rt, "turncounts", func(context.Context, *core.State) (*turnCount, error) { return &turnCount{}, nil })
+		require.NoError(t, err)
+		const objects, callers, calls = 4, 64, 250
+		for o := range objects {
+			stub, err := ns.Get(fmt.Sprint("t", o))
+			require.NoError(t, err)
+			errs := make(chan error, callers)
+			for g := range callers {
+				go func() {
+					for i := range calls {
+						want := g*calls + i
+						got, err := core.Call(context.Background(), stub, func(_ context.Context, tc *turnCount) (int, error) {
+							tc.n++
+							return want, nil
+						})
+						if err == nil && got != want {
+							err = fmt.Errorf("object %d, caller %d, call %d: got the result %d, want its own %d", o, g, i, got, want)
+						}
+						if err != nil {
+							errs <- err
+							return
+						}
+					}
+					errs <- nil
+				}()
+			}
+			for range callers {
+				require.NoError(t, <-errs)
+			}
+			n, err := core.Call(context.Background(), stub, func(_ context.Context, tc *turnCount) (int, error) { return tc.n, nil })
+			require.NoError(t, err)
+			require.Equal(t, callers*calls, n, "turns run on object %d for %d calls", o, callers*calls)
+		}
+	})
+}

@@ -27,32 +27,14 @@ type object struct {
 	name  string
 	id    string
 	place placement
-	repl  replicator // cluster mode's side of the object; nil in the single-process runtime
-	state State      // what its code is given; its reset and block fields are the gate holder's
-
-	mu         sync.Mutex // protects the fields down to arrival: the gate's queue (gate.go) and idleness
-	held       bool       // the gate is taken (by a turn, or by eviction)
-	head, tail *waiter    // FIFO of callers waiting for the gate
-	qlen       int        // waiters not cancelled
-	awaiting   int        // turns inside Await (the gate is open for them)
-	evicted    bool
-	lastActive time.Time     // for idle eviction, by the runtime's clock
-	lastUse    int64         // the runtime's use sequence at the last release, for LRU order
-	free       []*waiter     // recycled waiters (their channels belong to this object)
-	arrival    chan struct{} // closed by the next caller to queue, while the gate holder gathers (batch.go)
-
-	// Atomic: read by anyone, written as each says.
-	holder     atomic.Pointer[turn] // the turn holding the gate (gate.go), for deadlock checks
-	alarmBusy  atomic.Bool          // a run of due timers is under way (it may be inside Await; alarm.go)
-	alarmAgain atomic.Bool          // a fire came meanwhile: the run looks again when it ends (alarm.go)
-	gone       atomic.Bool          // mirrors evicted for lock-free checks
-	hasStore   atomic.Bool          // a database is open and counted (cleared as an eviction begins)
-	quiet      atomic.Bool          // its database is quiesced (set by quiesce, cleared by woke)
-	reads      atomic.Int64         // rows read by its turns (storage.go)
-	writes     atomic.Int64         // rows written by its turns (storage.go)
+	repl  replicator  // cluster mode's side of the object; nil in the single-process runtime
+	gone  atomic.Bool // mirrors evicted for lock-free checks (set once), read by every call
 
 	// The gate holder's: touched only in turn.go, batch.go, gate.go and object.go; other files ask
-	// through hasInstance, openStore, unload, and the turn's own methods.
+	// through hasInstance, openStore, unload, and the turn's own methods. Kept between the fields
+	// every caller reads (above) and the gate's (below), which callers and the gate holder write
+	// from different cores.
+	state     State // what its code is given; its reset and block fields are the gate holder's
 	inst      any
 	built     bool
 	store     *store
@@ -65,6 +47,27 @@ type object struct {
 
 	// The gate holder's, for the alarm run: touched only in alarm.go.
 	alarmRun *alarmRun
+
+	// Atomic: read by anyone, written as each says.
+	alarmBusy  atomic.Bool  // a run of due timers is under way (it may be inside Await; alarm.go)
+	alarmAgain atomic.Bool  // a fire came meanwhile: the run looks again when it ends (alarm.go)
+	hasStore   atomic.Bool  // a database is open and counted (cleared as an eviction begins)
+	quiet      atomic.Bool  // its database is quiesced (set by quiesce, cleared by woke)
+	reads      atomic.Int64 // rows read by its turns (storage.go)
+	writes     atomic.Int64 // rows written by its turns (storage.go)
+
+	mu         sync.Mutex // protects the fields down to arrival: the gate's queue (gate.go) and idleness
+	held       bool       // the gate is taken (by a turn, or by eviction)
+	head, tail *waiter    // FIFO of callers waiting for the gate
+	qlen       int        // waiters not cancelled
+	awaiting   int        // turns inside Await (the gate is open for them)
+	evicted    bool
+	lastActive int64                  // for idle eviction, by the runtime's clock (unix ns)
+	lastUse    int64                  // the runtime's use sequence at the last release, for LRU order
+	free       []*waiter              // recycled waiters (their channels belong to this object)
+	arrival    chan struct{}          // closed by the next caller to queue, while the gate holder gathers (batch.go)
+	holder     atomic.Pointer[turn]   // the turn holding the gate (gate.go), for deadlock checks; written with mu held
+	spare      atomic.Pointer[waiter] // a recycled waiter, given back without mu (gate.go's recycle)
 }
 
 // placement is where an object lives, fixed when it is created: the name its code sees, its
@@ -86,7 +89,7 @@ func newObject(ns *namespace, name, id string, place placement) *object {
 	if place.db == "" { // a top-level object
 		place = topPlace(ns, name, id)
 	}
-	o := &object{ns: ns, rt: ns.rt, name: name, id: id, place: place, lastActive: ns.rt.coarseNow()}
+	o := &object{ns: ns, rt: ns.rt, name: name, id: id, place: place, lastActive: ns.rt.clock.Load()}
 	o.state.o = o
 	o.state.storage.o = o
 	if n := ns.rt.cluster; n != nil {
@@ -126,7 +129,7 @@ func (o *object) idleSince(now time.Time) (time.Duration, int64) {
 	if o.held || o.qlen > 0 || o.awaiting > 0 {
 		return -1, -1
 	}
-	return now.Sub(o.lastActive), o.lastUse
+	return now.Sub(time.Unix(0, o.lastActive)), o.lastUse
 }
 
 // tryEvict takes the gate for good if the object is idle. The caller must then detach it and close
@@ -150,7 +153,7 @@ func (o *object) tryEvict() bool {
 // handed the gate. It reports whether it quiesced the database.
 func (o *object) quiesce(now time.Time, after time.Duration) (done bool) {
 	o.mu.Lock()
-	if o.evicted || o.held || o.head != nil || o.awaiting > 0 || now.Sub(o.lastActive) < after {
+	if o.evicted || o.held || o.head != nil || o.awaiting > 0 || now.Sub(time.Unix(0, o.lastActive)) < after {
 		o.mu.Unlock()
 		return false
 	}

@@ -38,8 +38,6 @@ type Runtime struct {
 	facets     map[string]*namespace // facet kinds by full name ("ns.kind.kind")
 	shut       sync.Mutex            // serializes Shutdown; protects shutDone
 	shutDone   bool
-	calls      atomic.Int64  // calls, fires and background work in flight, waited for by Shutdown
-	running    atomic.Int64  // turns whose code is running (in invoke), on any object
 	drained    chan struct{} // signalled when calls drops to 0 after Shutdown began
 
 	base     context.Context // turns, Await, alarm runs and deliveries derive from it
@@ -48,17 +46,27 @@ type Runtime struct {
 	done     chan struct{} // closed when the janitor has returned
 	wake     chan struct{} // an object became resident: the janitor has work
 	isClosed atomic.Bool
-	// The counters, written by every turn: kept away from the fields every turn reads (tel, opts),
-	// which would otherwise share their cache line.
-	counts   telemetry.Counts // the runtime's counters, read by Stats and by the metrics
-	clock    atomic.Int64     // the coarse runtime clock, unix ns, updated by the janitor
-	uses     atomic.Int64     // a sequence stamped on objects as they go idle, for LRU
-	quietDBs atomic.Int64     // open object databases quiesced (object.quiesce)
-	closing  sync.Map         // *object -> time.Time: evicted databases being closed
-	checked  sync.Map         // database path -> struct{}: passed its header checks in this runtime (damage.go)
-	damaged  sync.Map         // database path -> string: found damaged, why (damage.go)
-	checks   checkQueue       // files waiting for their background check (damage.go)
-	shedding sync.Mutex       // held by the one caller of shed evicting
+
+	// Written by every call (calls) and every turn (running, counts), each on cache lines of its
+	// own: under contention the callers and the goroutine running their turns are on different
+	// cores, and a write to one of these must not take from the other core the line of a field it
+	// reads or writes (isClosed, tel and opts above, the other counters).
+	_       cacheLinePad
+	calls   atomic.Int64 // calls, fires and background work in flight, waited for by Shutdown
+	_       cacheLinePad
+	running atomic.Int64 // turns whose code is running (in invoke), on any object
+	_       cacheLinePad
+	counts  telemetry.Counts // the runtime's counters, read by Stats and by the metrics
+	_       cacheLinePad
+
+	clock    atomic.Int64 // the coarse runtime clock, unix ns, updated by the janitor
+	uses     atomic.Int64 // a sequence stamped on objects as they go idle, for LRU
+	quietDBs atomic.Int64 // open object databases quiesced (object.quiesce)
+	closing  sync.Map     // *object -> time.Time: evicted databases being closed
+	checked  sync.Map     // database path -> struct{}: passed its header checks in this runtime (damage.go)
+	damaged  sync.Map     // database path -> string: found damaged, why (damage.go)
+	checks   checkQueue   // files waiting for their background check (damage.go)
+	shedding sync.Mutex   // held by the one caller of shed evicting
 	sched    *runindex.Scheduler
 	ix       *runindex.Index        // the alarm index, the catalog and the dead letters
 	template func() ([]byte, error) // an empty object database, built once
@@ -68,6 +76,9 @@ type Runtime struct {
 	router   *router                // cluster mode with Replication.Calls: calls between nodes (route.go)
 	methods  sync.Map               // "namespace\x00method" -> methodFunc: the methods Define made (route.go)
 }
+
+// cacheLinePad keeps the fields on either side of it off each other's cache lines.
+type cacheLinePad struct{ _ [64]byte }
 
 // Stats are counters over the runtime's life, for tests, benchmarks and monitoring.
 type Stats struct {

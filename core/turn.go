@@ -180,7 +180,9 @@ func (o *object) run(ctx context.Context, fn func(context.Context, any) error) e
 // runtime.Goexit, its goroutine exits here, as it would have had the turn run on it.
 func (o *object) runTurn(t *turn, code turnCode, reentry bool, body func(*turn) error) (err error) {
 	tel := o.rt.tel
-	t.Context = tel.Begin(t.Context, o.ns.stat, o.place.name)
+	if tel != nil { // off, the turn's context stays as it is, unwritten
+		t.Context = tel.Begin(t.Context, o.ns.stat, o.place.name)
+	}
 	w, err := o.acquire(t, code, reentry)
 	if err != nil {
 		tel.Held(t.Context, err, err == errEvicted)

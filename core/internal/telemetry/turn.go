@@ -33,6 +33,10 @@ func (t *Telemetry) Begin(ctx context.Context, ns *Namespace, obj string) contex
 	if t == nil {
 		return ctx
 	}
+	return t.begin(ctx, ns, obj)
+}
+
+func (t *Telemetry) begin(ctx context.Context, ns *Namespace, obj string) context.Context {
 	tt := &Turn{Context: ctx, ns: ns, came: time.Now()}
 	if t.tracer == nil {
 		return tt
@@ -47,9 +51,12 @@ func (t *Telemetry) Begin(ctx context.Context, ns *Namespace, obj string) contex
 // (err). A call that found its object evicted (again) is not counted: it is made again on the
 // object's next instance.
 func (t *Telemetry) Held(ctx context.Context, err error, again bool) {
-	if t == nil {
-		return
+	if t != nil {
+		t.held(ctx, err, again)
 	}
+}
+
+func (t *Telemetry) held(ctx context.Context, err error, again bool) {
 	tt := turnOf(ctx)
 	if !tt.held.IsZero() { // measured already (by the runner that ran it)
 		return
@@ -79,15 +86,23 @@ func (t *Telemetry) CommitWait(ctx context.Context) trace.Span {
 	if t == nil || t.tracer == nil {
 		return nil
 	}
+	return t.commitWait(ctx)
+}
+
+//go:noinline (CommitWait inlines where it is called: as a nil check, with telemetry off)
+func (t *Telemetry) commitWait(ctx context.Context) trace.Span {
 	_, sp := t.tracer.Start(ctx, "durable.commit")
 	return sp
 }
 
 // Done ends a turn that held the gate, and commit, its CommitWait (nil: none).
 func (t *Telemetry) Done(ctx context.Context, commit trace.Span, err error) {
-	if t == nil {
-		return
+	if t != nil {
+		t.done(ctx, commit, err)
 	}
+}
+
+func (t *Telemetry) done(ctx context.Context, commit trace.Span, err error) {
 	tt := turnOf(ctx)
 	End(commit, nil)
 	if t.m != nil && tt.ns.attrs != nil {
@@ -98,18 +113,24 @@ func (t *Telemetry) Done(ctx context.Context, commit trace.Span, err error) {
 
 // SegmentStart starts the span of a turn's segment.
 func (t *Telemetry) SegmentStart(ctx context.Context) {
-	if t == nil || t.tracer == nil {
-		return
+	if t != nil && t.tracer != nil {
+		t.segmentStart(ctx)
 	}
+}
+
+func (t *Telemetry) segmentStart(ctx context.Context) {
 	tt := turnOf(ctx)
 	_, tt.seg = t.tracer.Start(tt, "durable.segment")
 }
 
 // SegmentEnd ends it (at the end of the code, or at an Await).
 func (t *Telemetry) SegmentEnd(ctx context.Context, err error) {
-	if t == nil {
-		return
+	if t != nil {
+		t.segmentEnd(ctx, err)
 	}
+}
+
+func (t *Telemetry) segmentEnd(ctx context.Context, err error) {
 	tt := turnOf(ctx)
 	if tt.seg == nil {
 		return
