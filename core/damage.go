@@ -1,6 +1,7 @@
 package core
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"io/fs"
@@ -41,6 +42,8 @@ type checkQueue struct {
 	mu      sync.Mutex
 	queue   []queuedCheck
 	running bool
+	begun   int // quick checks started on a file (read by tests)
+	ended   int // of those, checks that read the file to a verdict
 }
 
 type queuedCheck struct {
@@ -195,12 +198,13 @@ func (rt *Runtime) runChecks() {
 			t := time.NewTimer(wait)
 			select {
 			case <-t.C:
-			case <-rt.base.Done():
+			case <-rt.base.Done(): // Shutdown: the queue is dropped above, no check starts
 				t.Stop()
+				continue
 			}
 		}
 		start := time.Now()
-		rt.fullCheck(c.o)
+		rt.fullCheck(rt.base, c.o)
 		rest = min(time.Since(start), time.Second)
 	}
 }
@@ -211,8 +215,10 @@ func (rt *Runtime) runChecks() {
 // (a call that comes meanwhile waits for the check, once per file and runtime). Otherwise it runs
 // on a read-only connection of its own, after any pending close of the file; an activation that
 // comes meanwhile waits for the file (SQLite's busy timeout) until the check's connection closes.
-// A verdict on a file replaced meanwhile (Restore, Quarantine) is dropped.
-func (rt *Runtime) fullCheck(o *object) {
+// A verdict on a file replaced meanwhile (Restore, Quarantine) is dropped. Once ctx is done (the
+// runtime's, at Shutdown), SQLite interrupts the check and its verdict is dropped; and runChecks
+// starts none after Shutdown: closing a runtime never waits for a file to be read through.
+func (rt *Runtime) fullCheck(ctx context.Context, o *object) {
 	path := o.place.db
 	before, err := os.Stat(path)
 	if err != nil {
@@ -220,11 +226,19 @@ func (rt *Runtime) fullCheck(o *object) {
 	}
 	var verdict string
 	scan := func(rows *sql.Rows) error { return rows.Scan(&verdict) }
+	quick := func(query func() error) error {
+		rt.checks.count(&rt.checks.begun)
+		err := query()
+		if err == nil {
+			rt.checks.count(&rt.checks.ended)
+		}
+		return err
+	}
 	own := func() error {
 		o.ns.waitClosed(o.id)
 		r, err := sqlstore.OpenReadOnly(path)
 		if err == nil {
-			err = r.Query(rt.base, "PRAGMA main.quick_check(1)", nil, scan)
+			err = quick(func() error { return r.Query(ctx, "PRAGMA main.quick_check(1)", nil, scan) })
 			r.Close()
 		}
 		return err
@@ -235,9 +249,9 @@ func (rt *Runtime) fullCheck(o *object) {
 			err = own()
 			break
 		}
-		err = cur.holdLocal(rt.base, func() error {
+		err = cur.holdLocal(ctx, func() error {
 			if st := cur.openStore(); st != nil {
-				return st.QueryOwn("PRAGMA main.quick_check(1)", nil, scan)
+				return quick(func() error { return st.QueryOwnContext(ctx, "PRAGMA main.quick_check(1)", nil, scan) })
 			}
 			return own()
 		})
@@ -246,7 +260,7 @@ func (rt *Runtime) fullCheck(o *object) {
 			break
 		}
 	}
-	if rt.base.Err() != nil { // Shutdown: the file's next runtime checks it
+	if ctx.Err() != nil { // Shutdown: the file's next runtime checks it
 		return
 	}
 	var reason string
@@ -266,6 +280,13 @@ func (rt *Runtime) fullCheck(o *object) {
 		return
 	}
 	rt.markDamaged(o, &DamagedError{Path: path, Reason: reason})
+}
+
+// count adds one to n, one of q's counts.
+func (q *checkQueue) count(n *int) {
+	q.mu.Lock()
+	*n++
+	q.mu.Unlock()
 }
 
 // checkDBFile opens a database file on its own and runs SQLite's quick check on it.

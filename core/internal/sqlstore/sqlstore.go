@@ -355,13 +355,19 @@ var ErrStop = errors.New("stop")
 
 // QueryOwn runs one of the owner's own queries and hands each row to scan.
 func (s *DB) QueryOwn(query string, args []any, scan func(*sql.Rows) error) error {
+	return s.QueryOwnContext(context.Background(), query, args, scan)
+}
+
+// QueryOwnContext is QueryOwn for a long query: once ctx is done, SQLite interrupts it and it
+// returns ctx's error.
+func (s *DB) QueryOwnContext(ctx context.Context, query string, args []any, scan func(*sql.Rows) error) error {
 	s.internal = true
 	defer func() { s.internal = false }()
 	st, err := s.prepare(s.own, query)
 	if err != nil {
 		return err
 	}
-	rows, err := st.Query(args...)
+	rows, err := st.QueryContext(ctx, args...)
 	if err != nil {
 		return err
 	}
