@@ -157,6 +157,9 @@ func (t *turn) db() (*store, error) {
 			if err == nil {
 				err = o.initMeta(st)
 			}
+			if err == nil {
+				err = st.ExecOwn(markSchema)
+			}
 			if err != nil {
 				return nil, o.fail(err)
 			}

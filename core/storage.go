@@ -50,11 +50,30 @@ CREATE TABLE IF NOT EXISTS main._durable_kv(key TEXT PRIMARY KEY, value BLOB NOT
 
 type store = sqlstore.DB
 
+// schemaMark is the user_version of an object database whose runtime tables are set up, as this
+// version makes them (the name record written, the timers table with its running column): the
+// batch that sets them up sets it (markSchema), and user SQL cannot (the authorizer lets it read
+// user_version, not set it). Opening a file that carries it reads no more than that; a file without
+// it (new, or made by an earlier version) is read the long way. A later change to the runtime's
+// tables that an open must bring up to date takes the next number.
+const schemaMark = 1
+
+// markSchema is the statement that marks a database's runtime tables as set up (schemaMark).
+const markSchema = "PRAGMA main.user_version = 1"
+
 // openStore opens an object's database, bringing the runtime's tables of an earlier version up to
 // date; fresh says they are not set up yet.
 func openStore(path, synchronous string, template func() ([]byte, error)) (st *store, fresh bool, err error) {
 	if st, err = sqlstore.Open(path, synchronous, "_durable_", template); err != nil {
 		return nil, false, err
+	}
+	var mark int
+	if err = st.QueryOwn("PRAGMA main.user_version", nil, func(r *sql.Rows) error { return r.Scan(&mark) }); err != nil {
+		st.Close()
+		return nil, false, err
+	}
+	if mark == schemaMark {
+		return st, false, nil
 	}
 	// The timers table's CREATE statement, as SQLite keeps it (ADD COLUMN rewrites it), says whether
 	// it has the running column: cheaper than pragma_table_xinfo, which every activation pays. One

@@ -3,6 +3,7 @@ package core_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"net/url"
 	"path/filepath"
 	"testing"
@@ -34,7 +35,9 @@ func TestStorage_TimersTableFromEarlierVersion(t *testing.T) {
 	require.NoError(t, core.Do(ctx, s, func(ctx context.Context, c *clock) error { return c.st.SetAlarm(ctx, at.Add(time.Hour)) }))
 	require.NoError(t, rt.Close())
 
-	// Rewrite the timers table as the earlier version made it, holding the alarm at `at`.
+	// Rewrite the timers table as the earlier version made it, holding the alarm at `at`, and
+	// clear the mark of a file whose runtime tables are up to date: the earlier version set no
+	// user_version.
 	files, err := filepath.Glob(filepath.Join(dir, "clocks", "*.sqlite"))
 	require.NoError(t, err)
 	require.Len(t, files, 1)
@@ -46,7 +49,8 @@ CREATE TABLE _durable_timers(owner TEXT NOT NULL, key TEXT NOT NULL,
   kind TEXT NOT NULL, payload BLOB, cron TEXT NOT NULL, missed INTEGER NOT NULL,
   PRIMARY KEY(owner, key)) WITHOUT ROWID;
 CREATE INDEX _durable_timers_at ON _durable_timers(at);
-INSERT INTO _durable_timers VALUES ('', '', ?, 0, ?, '', NULL, '', 0)`, at.UnixNano(), at.UnixNano())
+INSERT INTO _durable_timers VALUES ('', '', ?, 0, ?, '', NULL, '', 0);
+PRAGMA user_version = 0`, at.UnixNano(), at.UnixNano())
 	require.NoError(t, err)
 	require.NoError(t, db.Close())
 
@@ -144,4 +148,72 @@ func TestStorage_DatabaseWithoutMetaTable(t *testing.T) {
 	if !got.Equal(at) {
 		t.Fatalf("alarm after the restart: got %v, want %v", got, at)
 	}
+}
+
+// fileMark reads the user_version and the name record of the object database at path, as a
+// runtime closed left it.
+func fileMark(t *testing.T, path string) (mark int, name string) {
+	t.Helper()
+	db, err := sql.Open("sqlite", (&url.URL{Scheme: "file", Path: path}).String())
+	require.NoError(t, err)
+	defer db.Close()
+	require.NoError(t, db.QueryRow("PRAGMA user_version").Scan(&mark))
+	err = db.QueryRow("SELECT v FROM _durable_meta WHERE k = 'name'").Scan(&name)
+	if err != sql.ErrNoRows {
+		require.NoError(t, err)
+	}
+	return mark, name
+}
+
+// S-O2: a database's runtime tables are marked as set up (its user_version, which user SQL cannot
+// set) by the commit that writes its name record, and only by it: the next open reads the mark
+// alone. A first turn that fails leaves the file unmarked, and the next activation sets the tables
+// up and marks them.
+func TestStorage_MarkedWithItsNameRecord(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	fail := true
+	open := func() (*core.Runtime, *core.Stub[*core.State]) {
+		rt, err := core.Open(core.Options{Dir: dir})
+		require.NoError(t, err)
+		ns, err := core.Register(rt, "marks", func(ctx context.Context, st *core.State) (*core.State, error) {
+			if err := st.Storage().Put(ctx, "k", []byte("v")); err != nil {
+				return nil, err
+			}
+			if fail {
+				return nil, errors.New("first constructor fails")
+			}
+			return st, nil
+		})
+		require.NoError(t, err)
+		s, err := ns.Get("m")
+		require.NoError(t, err)
+		return rt, s
+	}
+	nop := func(context.Context, *core.State) error { return nil }
+
+	rt, s := open()
+	require.Error(t, core.Do(ctx, s, nop), "the constructor fails")
+	require.NoError(t, rt.Close())
+	path := filepath.Join(dir, "marks", s.ID()+".sqlite")
+	mark, name := fileMark(t, path)
+	require.Equal(t, 0, mark, "a file whose first turn failed is not marked")
+	require.Empty(t, name, "and holds no name record")
+
+	fail = false
+	rt, s = open()
+	require.NoError(t, core.Do(ctx, s, nop))
+	require.NoError(t, rt.Close())
+	mark, name = fileMark(t, path)
+	require.Equal(t, 1, mark, "marked by the commit that set its tables up")
+	require.Equal(t, "m", name)
+
+	rt, s = open()
+	defer rt.Close()
+	v, err := core.Call(ctx, s, func(ctx context.Context, st *core.State) (string, error) {
+		b, _, err := st.Storage().Get(ctx, "k")
+		return string(b), err
+	})
+	require.NoError(t, err, "a marked file opens with its tables")
+	require.Equal(t, "v", v)
 }
