@@ -95,20 +95,20 @@ func (o *object) openChecked() (*store, bool, error) {
 	}
 	// The checks run at a file's first open in this runtime: after that, its damage would be the
 	// runtime's own doing. Committed rows may live only in the WAL (closing keeps a small one): a
-	// log SQLite would ignore is damage, not an empty object.
+	// log SQLite would ignore is damage, not an empty object. They read the headers through the
+	// connection's own descriptor, before SQLite reads the file's pages or its log.
+	var check sqlstore.FileCheck
 	_, done := o.rt.checked.Load(path)
 	if !done {
-		for _, check := range []func(string) (string, error){datadir.HeaderDamage, datadir.WALHeaderDamage} {
-			if why, err := check(path); err != nil {
-				return nil, false, err
-			} else if why != "" {
-				return nil, false, &DamagedError{Path: path, Reason: why}
-			}
-		}
+		check = datadir.Damage(path)
 	}
-	st, fresh, err := openStore(path, o.rt.opts.Synchronous, o.rt.template)
+	st, fresh, err := openStore(path, o.rt.opts.Synchronous, o.rt.template, check)
 	if err != nil {
-		if datadir.IsCorrupt(err) {
+		var de *sqlstore.DamageError
+		switch {
+		case errors.As(err, &de):
+			return nil, false, &DamagedError{Path: path, Reason: de.Reason}
+		case datadir.IsCorrupt(err):
 			return nil, false, &DamagedError{Path: path, Reason: err.Error()}
 		}
 		return nil, false, err

@@ -61,10 +61,11 @@ const schemaMark = 1
 // markSchema is the statement that marks a database's runtime tables as set up (schemaMark).
 const markSchema = "PRAGMA main.user_version = 1"
 
-// openStore opens an object's database, bringing the runtime's tables of an earlier version up to
-// date; fresh says they are not set up yet.
-func openStore(path, synchronous string, template func() ([]byte, error)) (st *store, fresh bool, err error) {
-	if st, err = sqlstore.Open(path, synchronous, "_durable_", template); err != nil {
+// openStore opens an object's database, checked by check if it is not nil (sqlstore.OpenChecked),
+// bringing the runtime's tables of an earlier version up to date; fresh says they are not set up
+// yet.
+func openStore(path, synchronous string, template func() ([]byte, error), check sqlstore.FileCheck) (st *store, fresh bool, err error) {
+	if st, err = sqlstore.OpenChecked(path, synchronous, "_durable_", template, check); err != nil {
 		return nil, false, err
 	}
 	var mark int

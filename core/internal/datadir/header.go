@@ -8,6 +8,8 @@ import (
 	"io"
 	"io/fs"
 	"os"
+
+	"github.com/durable-go/durable/core/internal/sqlstore"
 )
 
 // HeaderDamage checks what can be checked of a database file without reading its pages: its
@@ -34,12 +36,34 @@ func HeaderDamage(path string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	size := fi.Size()
+	return headerDamage(f, fi.Size(), WALFrames(path))
+}
+
+// Damage is the check of path's headers (HeaderDamage's and WALHeaderDamage's) that
+// sqlstore.OpenChecked runs on the database file it opened, through SQLite's own descriptor: one
+// read of 100 bytes and the log's size, and 32 bytes of the log if it holds frames.
+func Damage(path string) sqlstore.FileCheck {
+	return func(f io.ReaderAt, size int64) (string, error) {
+		wal, err := os.Stat(path + "-wal")
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return "", err
+		}
+		frames := err == nil && wal.Size() > walHeaderSize
+		if why, err := headerDamage(f, size, frames); why != "" || err != nil || !frames {
+			return why, err
+		}
+		return WALHeaderDamage(path)
+	}
+}
+
+// headerDamage is HeaderDamage's check of the database file f, of size bytes, whose log holds
+// frames or not.
+func headerDamage(f io.ReaderAt, size int64, frames bool) (string, error) {
 	if size == 0 {
 		return "", nil // the caller's case: empty is its own finding
 	}
 	var h [100]byte
-	if _, err := io.ReadFull(f, h[:]); errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+	if _, err := f.ReadAt(h[:], 0); errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
 		return fmt.Sprintf("header: %d bytes, shorter than a database header", size), nil
 	} else if err != nil {
 		return "", err
@@ -60,7 +84,7 @@ func HeaderDamage(path string) (string, error) {
 	if size%pageSize != 0 {
 		return fmt.Sprintf("file size %d is not a whole number of %d-byte pages", size, pageSize), nil
 	}
-	if WALFrames(path) {
+	if frames {
 		return "", nil
 	}
 	// The header's page count is valid when its version-valid-for number matches the change counter

@@ -66,4 +66,4 @@ func BenchmarkOpenClose(b *testing.B) {
 	}
 }
 
-func open1(path, vfs string) (*DB, error) { return open(path, vfs, "FULL", "_own_") }
+func open1(path, vfs string) (*DB, error) { return open(path, vfs, "FULL", "_own_", nil) }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"syscall"
 	"time"
@@ -41,22 +42,39 @@ const fOFDSetlk = 37
 // (OpenReadOnly): none holds a POSIX lock on it. That matters because the connection that fails to
 // get the lock closes its descriptor, and closing any descriptor of a file drops every POSIX lock
 // the process holds on it (the reason for the unix VFS's list): an OFD lock is not dropped so.
-func lockOwn(dc any, path string, write bool) error {
+//
+// It returns the file, to be read through SQLite's descriptor while the connection is open, and its
+// size.
+func lockOwn(dc any, path string, write bool) (io.ReaderAt, int64, error) {
 	fd := -1
 	if !handle(dc, func(t *libc.TLS, h uintptr) { fd = mainFD(t, h) }) || fd < 0 {
-		return errNoOwnLock
+		return nil, 0, errNoOwnLock
 	}
 	// The descriptor is read from SQLite's file object by its layout: it must be the path's file.
 	fi, err := os.Stat(path)
 	if err != nil {
-		return err
+		return nil, 0, err
 	}
 	var st syscall.Stat_t
 	want, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok || syscall.Fstat(fd, &st) != nil || st.Dev != want.Dev || st.Ino != want.Ino {
-		return errNoOwnLock
+		return nil, 0, errNoOwnLock
 	}
-	return lockFD(fd, path, write)
+	return fdFile(fd), st.Size, lockFD(fd, path, write)
+}
+
+// fdFile reads a file through a descriptor it does not own (SQLite's).
+type fdFile int
+
+func (f fdFile) ReadAt(p []byte, off int64) (int, error) {
+	n, err := syscall.Pread(int(f), p, off)
+	switch {
+	case err != nil:
+		return 0, err
+	case n < len(p):
+		return n, io.EOF
+	}
+	return n, nil
 }
 
 // LockFile takes on f, a database file written outside SQLite (caught up from a log), the lock an

@@ -12,6 +12,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net/url"
 	"os"
@@ -160,6 +161,25 @@ func ensureDir(dir string) error {
 // a log larger than WALTrim, so the log stays small and so does the next Open's reading of it. With
 // NORMAL, commits do not fsync the log: closing checkpoints it, with its fsyncs, as SQLite does.
 func Open(path, synchronous, prefix string, template func() ([]byte, error)) (*DB, error) {
+	return OpenChecked(path, synchronous, prefix, template, nil)
+}
+
+// A FileCheck checks what can be checked of a database file without reading its pages: its
+// headers. file reads the database file as it is on disk, size is its size. It returns why the file
+// is damaged, or "".
+type FileCheck func(file io.ReaderAt, size int64) (damage string, err error)
+
+// DamageError is OpenChecked's error for a file its FileCheck found damaged.
+type DamageError struct{ Reason string }
+
+func (e *DamageError) Error() string { return "damaged database file: " + e.Reason }
+
+// OpenChecked is Open that runs check (if not nil) on the file before SQLite reads anything but the
+// first bytes of its header: through the connection's own descriptor, under its lock (where the
+// connection locks the file itself; elsewhere through a descriptor of its own, before the
+// connection's first read). A file check finds damaged is closed as it was found, nothing written
+// to it, and OpenChecked returns a *DamageError.
+func OpenChecked(path, synchronous, prefix string, template func() ([]byte, error), check FileCheck) (*DB, error) {
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 		t, err := template()
 		if err != nil {
@@ -169,16 +189,21 @@ func Open(path, synchronous, prefix string, template func() ([]byte, error)) (*D
 			return nil, err
 		}
 	}
-	s, err := open(path, ownLockVFS, synchronous, prefix)
+	s, err := open(path, ownLockVFS, synchronous, prefix, check)
 	if errors.Is(err, errNoOwnLock) {
-		s, err = open(path, "", synchronous, prefix)
+		s, err = open(path, "", synchronous, prefix, check)
 	}
 	return s, err
 }
 
-// open is Open over an existing file, with vfs ("": SQLite's default, which locks the file; else
-// ownLockVFS, and the connection locks it itself).
-func open(path, vfs, synchronous, prefix string) (*DB, error) {
+// open is OpenChecked over an existing file, with vfs ("": SQLite's default, which locks the file;
+// else ownLockVFS, and the connection locks it itself).
+func open(path, vfs, synchronous, prefix string, check FileCheck) (*DB, error) {
+	if check != nil && vfs == "" {
+		if err := checkFile(path, check); err != nil {
+			return nil, err
+		}
+	}
 	// No journal_mode pragma: the template's header says WAL already, and WAL mode persists.
 	u := url.URL{Scheme: "file", Path: path}
 	if vfs != "" {
@@ -205,10 +230,18 @@ func open(path, vfs, synchronous, prefix string) (*DB, error) {
 			return fmt.Errorf("sqlite driver has no authorizer")
 		}
 		if vfs != "" {
-			if err := lockOwn(dc, path, true); err != nil {
+			f, size, err := lockOwn(dc, path, true)
+			if err != nil {
 				return err
 			}
 			s.ownLock = true
+			if check != nil {
+				if why, err := check(f, size); err != nil {
+					return err
+				} else if why != "" {
+					return &DamageError{Reason: why}
+				}
+			}
 		}
 		if err := r.RegisterAuthorizer(s.authorize); err != nil {
 			return err
@@ -241,6 +274,24 @@ func open(path, vfs, synchronous, prefix string) (*DB, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// checkFile runs check on the file at path, through a descriptor of its own.
+func checkFile(path string, check FileCheck) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	why, err := check(f, fi.Size())
+	if err == nil && why != "" {
+		err = &DamageError{Reason: why}
+	}
+	return err
 }
 
 // Close closes the statements and the database. A write-ahead log that is not kept at close (see

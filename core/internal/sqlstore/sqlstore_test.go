@@ -1,7 +1,10 @@
 package sqlstore
 
 import (
+	"bytes"
 	"database/sql"
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -214,5 +217,58 @@ func TestOpenHoldsTheFileExclusively(t *testing.T) {
 	}
 	if _, err := os.Stat(path + "-shm"); !os.IsNotExist(err) {
 		t.Fatalf("stat %s-shm: %v, want it removed with the read-only connection", path, err)
+	}
+}
+
+// OpenChecked hands its check the file as it is on disk (its size, its header), and a file the check
+// finds damaged is refused with a *DamageError and left as it was found: neither the database nor
+// its log (which holds committed frames) is changed.
+func TestOpenCheckedRefusesADamagedFileUntouched(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "db.sqlite")
+	db := openTest(t, path, "FULL")
+	writeRows(t, db, 20, 100)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	dbBytes, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	walBytes, err := os.ReadFile(path + "-wal")
+	if err != nil || len(walBytes) == 0 {
+		t.Fatalf("the log: %d bytes, %v; want the committed frames", len(walBytes), err)
+	}
+
+	var gotSize int64
+	var gotHeader [100]byte
+	_, err = OpenChecked(path, "FULL", "_own_", nil, func(f io.ReaderAt, size int64) (string, error) {
+		gotSize = size
+		_, err := f.ReadAt(gotHeader[:], 0)
+		return "found damaged", err
+	})
+	var de *DamageError
+	if !errors.As(err, &de) || de.Reason != "found damaged" {
+		t.Fatalf("OpenChecked of a file its check refuses: %v; want a *DamageError", err)
+	}
+	if gotSize != int64(len(dbBytes)) || !bytes.Equal(gotHeader[:], dbBytes[:100]) {
+		t.Fatalf("the check saw %d bytes and header %q; want %d and %q", gotSize, gotHeader[:16], len(dbBytes), dbBytes[:16])
+	}
+	for _, f := range []struct {
+		suffix string
+		want   []byte
+	}{{"", dbBytes}, {"-wal", walBytes}} {
+		got, err := os.ReadFile(path + f.suffix)
+		if err != nil || !bytes.Equal(got, f.want) {
+			t.Fatalf("%s%s after the refused open: %d bytes (%v), changed; want the %d bytes found", path, f.suffix, len(got), err, len(f.want))
+		}
+	}
+
+	db, err = OpenChecked(path, "FULL", "_own_", nil, func(io.ReaderAt, int64) (string, error) { return "", nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if n := count(t, db); n != 20 {
+		t.Fatalf("%d rows after a passed check; want 20", n)
 	}
 }
