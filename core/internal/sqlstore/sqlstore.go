@@ -264,8 +264,7 @@ func open(path, vfs, synchronous, prefix string, check FileCheck) (*DB, error) {
 		// journal_size_limit: a checkpoint at close truncates the log to zero bytes, and a log that
 		// restarts is cut back to WALTrim. locking_mode comes before anything reads the file.
 		s.internal = true
-		_, err = s.conn.ExecContext(context.Background(), fmt.Sprintf("PRAGMA locking_mode = EXCLUSIVE; PRAGMA busy_timeout = 10000; PRAGMA synchronous = %s; PRAGMA cache_size = %d; PRAGMA journal_size_limit = %d",
-			synchronous, cachePages, WALTrim))
+		_, err = s.conn.ExecContext(context.Background(), settings(synchronous))
 		s.internal = false
 	}
 	if err != nil {
@@ -293,6 +292,20 @@ func checkFile(path string, check FileCheck) error {
 	}
 	return err
 }
+
+// settings returns the statement of an open's settings (see open), built once for each value of
+// synchronous it is given.
+func settings(synchronous string) string {
+	if v, ok := settingsFor.Load(synchronous); ok {
+		return v.(string)
+	}
+	q := fmt.Sprintf("PRAGMA locking_mode = EXCLUSIVE; PRAGMA busy_timeout = 10000; PRAGMA synchronous = %s; PRAGMA cache_size = %d; PRAGMA journal_size_limit = %d",
+		synchronous, cachePages, WALTrim)
+	settingsFor.Store(synchronous, q)
+	return q
+}
+
+var settingsFor sync.Map // synchronous -> its settings statement
 
 // Close closes the statements and the database. A write-ahead log that is not kept at close (see
 // Open), or has grown past WALTrim, is checkpointed into the database and truncated first, before
