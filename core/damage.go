@@ -37,13 +37,16 @@ const maxQueuedChecks = 4096
 // waits as long as that one took, so the checks take at most half of one core.
 const checkDelay = 100 * time.Millisecond
 
-// checkQueue is the background check's queue, run by at most one goroutine at a time.
+// checkQueue is the background check's queue, run by at most one goroutine at a time, which a
+// timer starts checkDelay after the first file is queued: queueing starts no goroutine on the
+// request path.
 type checkQueue struct {
 	mu      sync.Mutex
 	queue   []queuedCheck
-	running bool
-	begun   int // quick checks started on a file (read by tests)
-	ended   int // of those, checks that read the file to a verdict
+	running bool        // the timer is set, or runChecks runs
+	timer   *time.Timer // starts runChecks; stopChecks stops it
+	begun   int         // quick checks started on a file (read by tests)
+	ended   int         // of those, checks that read the file to a verdict
 }
 
 type queuedCheck struct {
@@ -164,18 +167,38 @@ func (rt *Runtime) forgetFile(path string) {
 func (rt *Runtime) queueCheck(o *object) bool {
 	q := &rt.checks
 	q.mu.Lock()
-	if len(q.queue) >= maxQueuedChecks {
+	if len(q.queue) >= maxQueuedChecks || rt.base.Err() != nil { // full, or Shutdown has begun
 		q.mu.Unlock()
 		return false
 	}
 	q.queue = append(q.queue, queuedCheck{o, time.Now().Add(checkDelay)})
-	start := !q.running
-	q.running = true
-	q.mu.Unlock()
-	if start {
-		rt.goWork(rt.runChecks) // owned: Shutdown waits for it, and cancels the check under way
+	if !q.running {
+		// Owned as goWork's work is: Shutdown stops the timer (stopChecks), or waits for runChecks
+		// and cancels the check under way.
+		q.running = true
+		rt.calls.Add(1)
+		q.timer = time.AfterFunc(checkDelay, func() {
+			defer rt.leave()
+			rt.runChecks()
+		})
 	}
+	q.mu.Unlock()
 	return true
+}
+
+// stopChecks drops the queued checks if their timer has not started runChecks yet (Shutdown: the
+// files' next runtime checks them).
+func (rt *Runtime) stopChecks() {
+	q := &rt.checks
+	q.mu.Lock()
+	stopped := q.timer != nil && q.timer.Stop()
+	if stopped {
+		q.queue, q.running, q.timer = nil, false, nil
+	}
+	q.mu.Unlock()
+	if stopped {
+		rt.leave()
+	}
 }
 
 // runChecks checks the queued files one at a time, paced (checkDelay), until the queue is empty or
@@ -185,6 +208,7 @@ func (rt *Runtime) runChecks() {
 	var rest time.Duration
 	for {
 		q.mu.Lock()
+		q.timer = nil
 		if len(q.queue) == 0 || rt.base.Err() != nil {
 			q.queue, q.running = nil, false
 			q.mu.Unlock()

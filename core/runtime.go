@@ -223,6 +223,7 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 		rt.cancel()
 	}
 	rt.mu.Unlock()
+	rt.stopChecks()
 	if rt.cluster != nil {
 		// Cluster mode: no shard is taken from now on, and each goes back as its last object is
 		// evicted below; the other nodes hear that this one drains.
