@@ -179,7 +179,8 @@
 //     stated the way the targets are.
 //   - cpu-us/op: the process's CPU time (user and system) per call over the
 //     timed part, in microseconds (Forward, Process, Write, ManyKeys,
-//     Activate/object=new, Baseline/gate=fifo, Baseline/txn=batched and
+//     Activate/object=new, Activate/rows=100000 (per activation, both
+//     impls), Baseline/gate=fifo, Baseline/txn=batched and
 //     Baseline/txn=per-insert/files=1000): it counts the
 //     work done in the background for the calls too (closing evicted
 //     databases, the GC), and other load on a shared machine inflates it
