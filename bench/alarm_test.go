@@ -76,8 +76,8 @@ func armAll(b *testing.B, ns *core.Namespace[*firer], n int, at func(i int) time
 // one due alarm whose handler does one durable storage write and arms the
 // alarm again an hour ahead (in the same turn: one commit).
 //
-//   - impl=runtime: the objects are created and armed once per process by
-//     a runtime, which is closed. Each round opens a runtime over the same
+//   - impl=runtime: the objects are made and armed once per process
+//     (buildFirers: copies of one object's file). Each round opens a runtime over the same
 //     directory with its clock (Options.Now) two hours further ahead than
 //     the last round's, so every alarm is due at once, on evicted objects.
 //     The time measured runs from the namespace's registration (which
