@@ -8,7 +8,13 @@ import "os"
 // locks it (see filelock_linux.go).
 const ownLockVFS = ""
 
-func lockOwn(any, string, bool) error { return errNoOwnLock }
+func lockOwn(_ any, _ string, _ bool, hold *os.File) error {
+	closeHold(hold)
+	return errNoOwnLock
+}
+
+// holdLock is never called where the connection does not lock the file itself (see Park).
+func holdLock(any, string) (*os.File, error) { return nil, errNoOwnLock }
 
 // LockFile does nothing where SQLite's default VFS locks the files: the runtime's connections take
 // SQLite's locks, which a file written outside SQLite does not need to hold.

@@ -3,7 +3,8 @@
 // transaction control, attached databases, settings and the owner's tables (named with a prefix)
 // from user SQL. New databases start as a copy of a template. Quiesce gives back the memory of a
 // database left idle (its page cache, statements and lookaside), and its next statement takes
-// what it needs again.
+// what it needs again; Park closes the connection of a database left idle longer but keeps its
+// file's lock, and its next statement opens the connection again.
 package sqlstore
 
 import (
@@ -40,9 +41,13 @@ const cachePages = 64
 // DB is an open database, used by one goroutine at a time.
 type DB struct {
 	path     string
-	keepWAL  bool // closing does not checkpoint: every commit already fsynced the log
-	ownLock  bool // the connection locks the file itself (see ownLockVFS), not SQLite
-	failed   bool // the open failed: closing checkpoints nothing (the file may be another's to write)
+	vfs      string   // the VFS the connection opens with ("": SQLite's default)
+	sync     string   // the synchronous setting
+	keepWAL  bool     // closing does not checkpoint: every commit already fsynced the log
+	ownLock  bool     // the connection locks the file itself (see ownLockVFS), not SQLite
+	temp     bool     // user SQL made a TEMP object, which lives as long as the connection: no Park
+	parked   bool     // Park closed the connection (conn and db are nil); the next statement opens it again
+	hold     *os.File // while parked: a duplicate of the database's descriptor, holding the file's lock
 	db       *sql.DB
 	conn     *sql.Conn
 	prefix   string                 // names of the owner's tables
@@ -52,9 +57,9 @@ type DB struct {
 	internal bool                   // the owner's own statement is running: authorize all
 	denied   string                 // why the authorizer refused the last user statement
 	query    string                 // the user statement being prepared
-	quiet    bool                   // Quiesce gave the memory back; the next statement takes it again
+	quiet    bool                   // Quiesce or Park gave the memory back; the next statement takes it again
 	noLook   bool                   // Quiesce turned the lookaside allocator off
-	woke     func()                 // Quiesce's caller, told when the database is in use again
+	woke     func()                 // Quiesce's or Park's caller, told when the database is in use again
 }
 
 // BuildTemplate returns the bytes of an empty WAL-mode database holding schema. New databases start
@@ -179,36 +184,53 @@ func Open(path, synchronous, prefix string, template func() ([]byte, error)) (*D
 // open is Open over an existing file, with vfs ("": SQLite's default, which locks the file; else
 // ownLockVFS, and the connection locks it itself).
 func open(path, vfs, synchronous, prefix string) (*DB, error) {
+	s := &DB{path: path, vfs: vfs, sync: synchronous, prefix: prefix, stmts: make(map[string]*sql.Stmt),
+		own: make(map[string]*sql.Stmt), control: make(map[string]driver.Stmt)}
+	if err := s.connect(nil); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// connect opens the database's connection and applies its settings. hold, if not nil, is a
+// parked database's descriptor holding the file's lock (see Park): the new connection takes the
+// lock over from it, and connect closes it, whatever happens. If connect fails, the database has
+// no connection.
+func (s *DB) connect(hold *os.File) error {
 	// No journal_mode pragma: the template's header says WAL already, and WAL mode persists.
-	u := url.URL{Scheme: "file", Path: path}
-	if vfs != "" {
-		u.RawQuery = "vfs=" + vfs
+	u := url.URL{Scheme: "file", Path: s.path}
+	if s.vfs != "" {
+		u.RawQuery = "vfs=" + s.vfs
 	}
 	db, err := sql.Open("sqlite", u.String())
 	if err != nil {
-		return nil, err
+		closeHold(hold)
+		return err
 	}
 	db.SetMaxOpenConns(1)
 	db.SetMaxIdleConns(1)
-	s := &DB{path: path, db: db, prefix: prefix, stmts: make(map[string]*sql.Stmt), own: make(map[string]*sql.Stmt),
-		control: make(map[string]driver.Stmt)}
 	fileOps.Lock()
-	s.conn, err = db.Conn(context.Background())
+	conn, err := db.Conn(context.Background())
 	fileOps.Unlock()
 	if err != nil {
+		closeHold(hold)
 		db.Close()
-		return nil, err
+		return err
 	}
+	s.db, s.conn = db, conn
 	err = s.conn.Raw(func(dc any) error {
 		r, ok := dc.(sqlite.AuthorizerRegisterer)
 		if !ok {
+			closeHold(hold)
 			return fmt.Errorf("sqlite driver has no authorizer")
 		}
-		if vfs != "" {
-			if err := lockOwn(dc, path, true); err != nil {
+		if s.vfs != "" {
+			if err := lockOwn(dc, s.path, true, hold); err != nil {
 				return err
 			}
 			s.ownLock = true
+		} else {
+			closeHold(hold)
 		}
 		if err := r.RegisterAuthorizer(s.authorize); err != nil {
 			return err
@@ -219,7 +241,7 @@ func open(path, vfs, synchronous, prefix string) (*DB, error) {
 				return err
 			}
 		}
-		if synchronous == "FULL" {
+		if s.sync == "FULL" {
 			s.keepWAL = noCheckpointOnClose(dc)
 		}
 		return nil
@@ -232,44 +254,62 @@ func open(path, vfs, synchronous, prefix string) (*DB, error) {
 		// restarts is cut back to WALTrim. locking_mode comes before anything reads the file.
 		s.internal = true
 		_, err = s.conn.ExecContext(context.Background(), fmt.Sprintf("PRAGMA locking_mode = EXCLUSIVE; PRAGMA busy_timeout = 10000; PRAGMA synchronous = %s; PRAGMA cache_size = %d; PRAGMA journal_size_limit = %d",
-			synchronous, cachePages, WALTrim))
+			s.sync, cachePages, WALTrim))
 		s.internal = false
 	}
 	if err != nil {
-		s.failed = true
-		s.Close()
-		return nil, err
+		s.disconnect() // checkpoints nothing: the file may be another's to write
+		return err
 	}
-	return s, nil
+	return nil
 }
 
 // Close closes the statements and the database. A write-ahead log that is not kept at close (see
 // Open), or has grown past WALTrim, is checkpointed into the database and truncated first, before
-// the connection closes under fileOps: its fsyncs do not hold up other opens and closes.
+// the connection closes under fileOps: its fsyncs do not hold up other opens and closes. Closing a
+// parked database lets go of its file.
 func (s *DB) Close() error {
-	var ckpt error
+	s.noLook = false // a quiesced database closes without taking its lookaside back
+	s.awake()
+	if s.parked {
+		s.parked = false
+		return closeHold(s.hold)
+	}
+	ckpt := s.trimLog()
+	err := s.disconnect()
+	s.stmts, s.own, s.control = nil, nil, nil
+	if err == nil && ckpt != nil {
+		err = fmt.Errorf("checkpoint at close: %w", ckpt)
+	}
+	return err
+}
+
+// trimLog checkpoints the write-ahead log into the database and truncates it before the
+// connection closes, if the log is not kept at close (see Open) or has grown past WALTrim.
+func (s *DB) trimLog() error {
 	trim := !s.keepWAL
 	if !trim {
 		fi, err := os.Stat(s.path + "-wal")
 		trim = err == nil && fi.Size() > WALTrim
 	}
-	s.noLook = false // a quiesced database closes without taking its lookaside back
-	s.awake()
-	if trim && !s.failed {
-		ckpt = s.ExecOwn("PRAGMA wal_checkpoint(TRUNCATE)")
+	if !trim {
+		return nil
 	}
+	return s.ExecOwn("PRAGMA wal_checkpoint(TRUNCATE)")
+}
+
+// disconnect closes the statements and the connection, under fileOps; the database has no
+// connection then.
+func (s *DB) disconnect() error {
 	s.ForgetStmts()
 	s.closeOwn()
-	s.stmts, s.own, s.control = nil, nil, nil
 	fileOps.Lock()
 	err := s.conn.Close()
 	cerr := s.db.Close()
 	fileOps.Unlock()
+	s.conn, s.db = nil, nil
 	if err == nil {
 		err = cerr
-	}
-	if err == nil && ckpt != nil {
-		err = fmt.Errorf("checkpoint at close: %w", ckpt)
 	}
 	return err
 }
@@ -282,7 +322,9 @@ func (s *DB) Stmt(query string) (*sql.Stmt, error) {
 
 func (s *DB) prepare(cache map[string]*sql.Stmt, query string) (*sql.Stmt, error) {
 	if s.quiet {
-		s.wake()
+		if err := s.wake(); err != nil {
+			return nil, err
+		}
 	}
 	if st, ok := cache[query]; ok {
 		return st, nil
@@ -307,7 +349,9 @@ func (s *DB) prepare(cache map[string]*sql.Stmt, query string) (*sql.Stmt, error
 // two of them, so they skip database/sql's statement machinery.
 func (s *DB) Control(query string) error {
 	if s.quiet {
-		s.wake()
+		if err := s.wake(); err != nil {
+			return err
+		}
 	}
 	s.internal = true
 	defer func() { s.internal = false }()
@@ -423,9 +467,12 @@ func (s *DB) Denied() string {
 // databases, pragmas that change settings, writes to the owner's tables, and any object (table,
 // view, index, trigger; TEMP or not) named with the owner's prefix or on one of its tables, keeping
 // the reason. The owner's own statements name their tables main.<name>.
-func (s *DB) authorize(action sqlite.AuthorizerActionCode, arg1, arg2, _, _ string) sqlite.AuthorizerReturnCode {
+func (s *DB) authorize(action sqlite.AuthorizerActionCode, arg1, arg2, schema, _ string) sqlite.AuthorizerReturnCode {
 	if s.internal {
 		return sqlite.AuthorizerOK
+	}
+	if madeTemp(action, schema) {
+		s.temp = true // even if refused below or the statement fails: Park only needs to be safe
 	}
 	deny := func(why string) sqlite.AuthorizerReturnCode {
 		s.denied = why
@@ -466,6 +513,18 @@ func (s *DB) authorize(action sqlite.AuthorizerActionCode, arg1, arg2, _, _ stri
 		}
 	}
 	return sqlite.AuthorizerOK
+}
+
+// madeTemp reports whether an authorizer action makes an object in the TEMP schema, which lives
+// only as long as the connection.
+func madeTemp(action sqlite.AuthorizerActionCode, schema string) bool {
+	switch action {
+	case sqlite.AuthCreateTempTable, sqlite.AuthCreateTempView, sqlite.AuthCreateTempIndex, sqlite.AuthCreateTempTrigger:
+		return true
+	case sqlite.AuthCreateTable, sqlite.AuthCreateView, sqlite.AuthCreateIndex, sqlite.AuthCreateTrigger, sqlite.AuthCreateVTable:
+		return strings.EqualFold(schema, "temp")
+	}
+	return false
 }
 
 func (s *DB) owned(name string) bool {
