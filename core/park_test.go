@@ -29,10 +29,11 @@ func readElsewhere(path string) (int, error) {
 	return n, err
 }
 
-// O11: with the default IdleTimeout, an object idle for 5 s has its database parked: the
-// connection closed, the file kept and locked (no other connection reads it); the instance stays
-// (no constructor runs again), its next call finds every row and reopens the database, and parking
-// is not a use: the object is evicted IdleTimeout after its last call all the same.
+// O11: with the default IdleTimeout, an object idle for 5 s (half IdleTimeout) has its database
+// parked: the connection closed, the file kept and locked (no other connection reads it); the
+// instance stays (no constructor runs again), its next call finds every row and reopens the
+// database, and parking is not a use: the object is evicted IdleTimeout after its last call all
+// the same.
 func TestRuntime_IdleObjectParks(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("databases park where their connection locks the file itself: Linux")
@@ -115,10 +116,10 @@ func TestRuntime_TempTableKeepsTheConnection(t *testing.T) {
 			_, err := p.st.Storage().Exec(ctx, "CREATE TEMP TABLE scratch AS SELECT 42 AS v")
 			return err
 		}))
-		time.Sleep(10 * time.Second)
+		time.Sleep(40 * time.Second) // past half IdleTimeout, short of IdleTimeout
 		synctest.Wait()
 		if st := rt.Stats(); st.ParkedDBs != 0 || st.OpenDBs != 1 {
-			t.Fatalf("idle for 10 s with a TEMP table: %d of %d open databases parked, want 0 of 1", st.ParkedDBs, st.OpenDBs)
+			t.Fatalf("idle for 40 s with a TEMP table: %d of %d open databases parked, want 0 of 1", st.ParkedDBs, st.OpenDBs)
 		}
 		v, err := core.Call(context.Background(), stub, func(ctx context.Context, p *plainObj) (int, error) {
 			var v int
@@ -126,7 +127,7 @@ func TestRuntime_TempTableKeepsTheConnection(t *testing.T) {
 			return v, err
 		})
 		if err != nil || v != 42 {
-			t.Fatalf("the TEMP table after 10 s idle: %d, %v; want 42", v, err)
+			t.Fatalf("the TEMP table after 40 s idle: %d, %v; want 42", v, err)
 		}
 	})
 }
