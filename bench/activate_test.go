@@ -61,6 +61,7 @@ func BenchmarkActivate(b *testing.B) {
 	b.Run("object=evicted-lru", benchActivateLRU)
 	b.Run("object=quiet", func(b *testing.B) { benchCallResident(b, true) })
 	b.Run("object=resident", func(b *testing.B) { benchCallResident(b, false) })
+	b.Run("object=parked", benchCallParked)
 	b.Run("object=new/callers=16", func(b *testing.B) { benchActivateNew(b, 16) })
 }
 
@@ -157,6 +158,46 @@ func benchCallResident(b *testing.B, quiet bool) {
 	}
 	if q := rt.Stats().QuietDBs; !quiet && q != 0 {
 		b.Fatalf("%d databases quiet: the resident objects' calls were not all to busy objects", q)
+	}
+	reportLatency(b, lat)
+}
+
+// benchCallParked is object=quiet's call to an object whose database is
+// parked (SEMANTICS O11): its connection closed, its file kept. The call
+// opens the connection again (a warm reopen, without the constructor) and
+// reads row 1. Each round of the pool moves the runtime's clock
+// (Options.Now, which otherwise stands still) past half IdleTimeout and
+// waits until every database is parked.
+func benchCallParked(b *testing.B) {
+	const pool = 256
+	ctx := context.Background()
+	var ahead atomic.Int64
+	start := time.Now()
+	rt := openRuntime(b, core.Options{IdleTimeout: time.Hour,
+		Now: func() time.Time { return start.Add(time.Duration(ahead.Load())) }})
+	defer closeRuntime(b, rt)
+	stubs := registerTables(b, rt, pool)
+	read := func(ctx context.Context, t *table) error {
+		var v string
+		return t.st.Storage().QueryRow(ctx, selectFirst).Scan(&v)
+	}
+	activate(b, stubs)
+	lat := make([]time.Duration, 0, 4096)
+	for b.Loop() {
+		if len(lat)%pool == 0 {
+			b.StopTimer()
+			ahead.Add(int64(31 * time.Minute)) // past half IdleTimeout, short of IdleTimeout
+			waitParked(b, rt, pool)
+			b.StartTimer()
+		}
+		start := time.Now()
+		if err := core.Do(ctx, stubs[len(lat)%pool], read); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(start))
+	}
+	if c := rt.Stats().Constructs; c != pool {
+		b.Fatalf("%d constructor runs for %d objects: a parked object was evicted", c, pool)
 	}
 	reportLatency(b, lat)
 }

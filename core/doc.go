@@ -73,7 +73,9 @@
 // in the background after the first open) refuses with ErrDamaged (a *DamagedError) until
 // Admin.Quarantine or Admin.Restore repairs it; Admin.Backup copies a running directory. An object
 // idle for a second keeps its database open but gives back its memory (page cache, statements,
-// lookaside: Stats.QuietDBs); objects idle for Options.IdleTimeout (10 s),
+// lookaside: Stats.QuietDBs); after half Options.IdleTimeout its database's connection closes and
+// one descriptor keeps the file locked until its next call (Stats.ParkedDBs); objects idle for
+// Options.IdleTimeout (10 s),
 // or past Options.MaxOpenObjects (by default sized by the descriptor limit and memory; Stats says
 // what was chosen), are evicted: the database closes (with no checkpoint at
 // synchronous=FULL unless its log is past 128 KiB; always at NORMAL), off the caller's goroutine,

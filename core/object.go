@@ -53,6 +53,7 @@ type object struct {
 	alarmAgain atomic.Bool  // a fire came meanwhile: the run looks again when it ends (alarm.go)
 	hasStore   atomic.Bool  // a database is open and counted (cleared as an eviction begins)
 	quiet      atomic.Bool  // its database is quiesced (set by quiesce, cleared by woke)
+	parked     atomic.Bool  // its database is parked (set by park, cleared by unparked)
 	reads      atomic.Int64 // rows read by its turns (storage.go)
 	writes     atomic.Int64 // rows written by its turns (storage.go)
 
@@ -147,43 +148,79 @@ func (o *object) tryEvict() bool {
 
 // quiesce makes the open database of an idle object give back the memory its turns left there:
 // page cache, statements, lookaside (sqlstore.Quiesce); its next turn takes what it needs again.
-// It takes the gate only if the object has been idle for after (by now), in the same step as it
-// checks, as tryEvict does, and frees it without counting as a use: the object's idle time (for
-// eviction) and its place in the LRU order stay as they were. A caller that queued meanwhile is
-// handed the gate. It reports whether it quiesced the database.
+// It reports whether it quiesced the database (see whileIdle).
 func (o *object) quiesce(now time.Time, after time.Duration) (done bool) {
+	o.whileIdle(now, after, func() {
+		if st := o.store; st != nil && !st.Quiet() {
+			if err := st.Quiesce(o.woke); err != nil {
+				o.rt.log.Warn("an idle object's database could not give its memory back", "event", "quiesce_failed",
+					"namespace", o.ns.name, "name", o.place.name, "error", err)
+			} else {
+				o.quiet.Store(true)
+				o.rt.quietDBs.Add(1)
+				done = true
+			}
+		}
+	})
+	return done
+}
+
+// park closes the connection of an idle object's database and keeps its file, locked, in one
+// descriptor (sqlstore.Park); its next turn opens the connection again. It reports whether it
+// parked the database (see whileIdle).
+func (o *object) park(now time.Time, after time.Duration) (done bool) {
+	o.whileIdle(now, after, func() {
+		st := o.store
+		if st == nil || st.Parked() {
+			return
+		}
+		parked, err := st.Park(o.unparked)
+		if parked {
+			o.parked.Store(true)
+			o.rt.parkedDBs.Add(1)
+			done = true
+		}
+		if err != nil {
+			o.rt.log.Warn("an idle object's database could not be parked", "event", "park_failed",
+				"namespace", o.ns.name, "name", o.place.name, "error", err)
+		}
+	})
+	return done
+}
+
+// whileIdle runs fn holding the gate if the object has been idle for after (by now), taking the
+// gate in the same step as it checks, as tryEvict does, and frees it without counting as a use: the
+// object's idle time (for eviction) and its place in the LRU order stay as they were. A caller that
+// queued meanwhile is handed the gate.
+func (o *object) whileIdle(now time.Time, after time.Duration, fn func()) {
 	o.mu.Lock()
 	if o.evicted || o.held || o.head != nil || o.awaiting > 0 || now.Sub(time.Unix(0, o.lastActive)) < after {
 		o.mu.Unlock()
-		return false
+		return
 	}
 	o.held = true
 	o.mu.Unlock()
-	if st := o.store; st != nil && !st.Quiet() {
-		if err := st.Quiesce(o.woke); err != nil {
-			o.rt.log.Warn("an idle object's database could not give its memory back", "event", "quiesce_failed",
-				"namespace", o.ns.name, "name", o.place.name, "error", err)
-		} else {
-			o.quiet.Store(true)
-			o.rt.quietDBs.Add(1)
-			done = true
-		}
-	}
+	fn()
 	o.mu.Lock()
 	if o.head == nil { // the gate is free again, with the object's last use as it was
 		o.held = false
 		o.mu.Unlock()
-		return done
+		return
 	}
 	o.mu.Unlock()
 	o.release()
-	return done
 }
 
-// woke is told by a quiesced database when it is used again or closed.
+// woke is told by a quiesced database when it is used again, parked or closed.
 func (o *object) woke() {
 	o.quiet.Store(false)
 	o.rt.quietDBs.Add(-1)
+}
+
+// unparked is told by a parked database when it is used again or closed.
+func (o *object) unparked() {
+	o.parked.Store(false)
+	o.rt.parkedDBs.Add(-1)
 }
 
 // detach is the first half of an eviction: the object leaves its namespace (an activation of the

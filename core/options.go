@@ -20,6 +20,9 @@ type Options struct {
 	// (default 10 s). After a second with nothing to do (half IdleTimeout if that is shorter), its
 	// database stays open but gives back SQLite's page cache, its prepared statements and its
 	// lookaside memory; its next call takes them again (Stats.QuietDBs counts such databases).
+	// After half IdleTimeout (5 s by default), its database is parked: the connection
+	// closes, and one file descriptor keeps the file locked; its next call opens the connection
+	// again (Stats.ParkedDBs; SEMANTICS O11; Linux, not in cluster mode).
 	IdleTimeout time.Duration
 
 	// MaxQueue bounds the calls waiting for one object (default 1024); a call to a full queue fails

@@ -44,21 +44,39 @@ const fOFDSetlk = 37
 // the process holds on it (the reason for the unix VFS's list): an OFD lock is not dropped so.
 //
 // It returns the file, to be read through SQLite's descriptor while the connection is open, and its
-// size.
-func lockOwn(dc any, path string, write bool) (io.ReaderAt, int64, error) {
+// size. hold, if not nil, is a parked database's descriptor (holdLock), which holds the write lock on the
+// file: lockOwn takes the lock over from it and closes it, whatever happens. Two OFD locks conflict
+// even in one process, so the handover goes through a read lock: hold's lock becomes a read lock,
+// the connection takes a read lock beside it, hold is closed, and the connection's lock becomes a
+// write lock. The file is read-locked throughout, so no writer can take it meanwhile; a reader of
+// another process that takes a read lock in between makes the last step wait for it, as any open
+// waits.
+func lockOwn(dc any, path string, write bool, hold *os.File) (io.ReaderAt, int64, error) {
 	fd := -1
 	if !handle(dc, func(t *libc.TLS, h uintptr) { fd = mainFD(t, h) }) || fd < 0 {
+		closeHold(hold)
 		return nil, 0, errNoOwnLock
 	}
 	// The descriptor is read from SQLite's file object by its layout: it must be the path's file.
 	fi, err := os.Stat(path)
 	if err != nil {
+		closeHold(hold)
 		return nil, 0, err
 	}
 	var st syscall.Stat_t
 	want, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok || syscall.Fstat(fd, &st) != nil || st.Dev != want.Dev || st.Ino != want.Ino {
+		closeHold(hold)
 		return nil, 0, errNoOwnLock
+	}
+	if hold != nil {
+		err := handOver(hold, fd, path, &st)
+		if cerr := hold.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return nil, 0, err
+		}
 	}
 	return fdFile(fd), st.Size, lockFD(fd, path, write)
 }
@@ -75,6 +93,38 @@ func (f fdFile) ReadAt(p []byte, off int64) (int, error) {
 		return n, io.EOF
 	}
 	return n, nil
+}
+
+// handOver turns hold's write lock into a read lock and takes a read lock on fd, the descriptor of
+// the same file (st is fd's), for lockOwn.
+func handOver(hold *os.File, fd int, path string, st *syscall.Stat_t) error {
+	var hst syscall.Stat_t
+	if err := syscall.Fstat(int(hold.Fd()), &hst); err != nil {
+		return fmt.Errorf("lock %s: %w", path, err)
+	}
+	if hst.Dev != st.Dev || hst.Ino != st.Ino {
+		return fmt.Errorf("lock %s: the file was replaced while its database was parked", path)
+	}
+	lk := syscall.Flock_t{Type: syscall.F_RDLCK}
+	if err := syscall.FcntlFlock(hold.Fd(), fOFDSetlk, &lk); err != nil {
+		return fmt.Errorf("lock %s: %w", path, err)
+	}
+	return lockFD(fd, path, false)
+}
+
+// holdLock returns a duplicate of the database descriptor of the driver's connection dc, whose path
+// is path: it keeps the connection's lock (an OFD lock belongs to the open file description, which
+// the duplicate shares) after the connection closes, for Park.
+func holdLock(dc any, path string) (*os.File, error) {
+	fd := -1
+	if !handle(dc, func(t *libc.TLS, h uintptr) { fd = mainFD(t, h) }) || fd < 0 {
+		return nil, errNoOwnLock
+	}
+	dup, _, errno := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_DUPFD_CLOEXEC, 0)
+	if errno != 0 {
+		return nil, fmt.Errorf("keep the lock of %s: %w", path, errno)
+	}
+	return os.NewFile(dup, path), nil
 }
 
 // LockFile takes on f, a database file written outside SQLite (caught up from a log), the lock an

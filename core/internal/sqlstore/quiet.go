@@ -44,9 +44,20 @@ func (s *DB) Quiesce(woke func()) error {
 	return nil
 }
 
-// wake undoes Quiesce before the database's next statement: the lookaside allocator comes back
-// (statements and the pages come back as they are used).
-func (s *DB) wake() {
+// wake undoes Quiesce or Park before the database's next statement: a parked database opens its
+// connection again, and the lookaside allocator comes back (statements and the pages come back as
+// they are used). If the connection cannot be opened, the database stays parked (without its
+// lock if the failure came after the new connection took it over) and the next statement tries
+// again.
+func (s *DB) wake() error {
+	if s.parked {
+		hold := s.hold
+		s.hold = nil
+		if err := s.connect(hold, nil); err != nil {
+			return fmt.Errorf("reopening a parked database: %w", err)
+		}
+		s.parked = false
+	}
 	if s.noLook {
 		s.noLook = false
 		s.conn.Raw(func(dc any) error {
@@ -57,6 +68,7 @@ func (s *DB) wake() {
 		})
 	}
 	s.awake()
+	return nil
 }
 
 // awake ends the quiet state and tells Quiesce's caller.
@@ -68,8 +80,8 @@ func (s *DB) awake() {
 	}
 }
 
-// Quiet reports whether the database is quiesced: Quiesce gave its memory back and no statement
-// has run since.
+// Quiet reports whether the database is quiesced or parked: Quiesce or Park gave its memory back
+// and no statement has run since.
 func (s *DB) Quiet() bool { return s.quiet }
 
 // Memory is what a database holds in memory, as SQLite counts it (sqlite3_db_status): its page
@@ -79,6 +91,9 @@ type Memory struct{ Cache, Stmts, Lookaside int }
 // Memory returns what the database holds in memory now.
 func (s *DB) Memory() (Memory, error) {
 	var m Memory
+	if s.parked {
+		return m, nil
+	}
 	err := s.conn.Raw(func(dc any) error {
 		st, ok := dc.(sqlite.DBStatus)
 		if !ok {

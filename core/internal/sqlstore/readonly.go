@@ -58,7 +58,7 @@ func openReadOnly(path, vfs string) (*ReadOnly, error) {
 	}
 	err = r.conn.Raw(func(dc any) error {
 		if vfs != "" {
-			if _, _, err := lockOwn(dc, path, false); err != nil {
+			if _, _, err := lockOwn(dc, path, false, nil); err != nil {
 				return err
 			}
 		}

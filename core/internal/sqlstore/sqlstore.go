@@ -3,7 +3,8 @@
 // transaction control, attached databases, settings and the owner's tables (named with a prefix)
 // from user SQL. New databases start as a copy of a template. Quiesce gives back the memory of a
 // database left idle (its page cache, statements and lookaside), and its next statement takes
-// what it needs again.
+// what it needs again; Park closes the connection of a database left idle longer but keeps its
+// file's lock, and its next statement opens the connection again.
 package sqlstore
 
 import (
@@ -17,7 +18,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 
 	"modernc.org/sqlite"
@@ -41,9 +41,13 @@ const cachePages = 64
 // DB is an open database, used by one goroutine at a time.
 type DB struct {
 	path     string
-	keepWAL  bool // closing does not checkpoint: every commit already fsynced the log
-	ownLock  bool // the connection locks the file itself (see ownLockVFS), not SQLite
-	failed   bool // the open failed: closing checkpoints nothing (the file may be another's to write)
+	vfs      string   // the VFS the connection opens with ("": SQLite's default)
+	sync     string   // the synchronous setting
+	keepWAL  bool     // closing does not checkpoint: every commit already fsynced the log
+	ownLock  bool     // the connection locks the file itself (see ownLockVFS), not SQLite
+	temp     bool     // user SQL made a TEMP object, which lives as long as the connection: no Park
+	parked   bool     // Park closed the connection (conn and db are nil); the next statement opens it again
+	hold     *os.File // while parked: a duplicate of the database's descriptor, holding the file's lock
 	db       *sql.DB
 	conn     *sql.Conn
 	prefix   string                 // names of the owner's tables
@@ -53,9 +57,9 @@ type DB struct {
 	internal bool                   // the owner's own statement is running: authorize all
 	denied   string                 // why the authorizer refused the last user statement
 	query    string                 // the user statement being prepared
-	quiet    bool                   // Quiesce gave the memory back; the next statement takes it again
+	quiet    bool                   // Quiesce or Park gave the memory back; the next statement takes it again
 	noLook   bool                   // Quiesce turned the lookaside allocator off
-	woke     func()                 // Quiesce's caller, told when the database is in use again
+	woke     func()                 // Quiesce's or Park's caller, told when the database is in use again
 }
 
 // BuildTemplate returns the bytes of an empty WAL-mode database holding schema. New databases start
@@ -204,33 +208,49 @@ func open(path, vfs, synchronous, prefix string, check FileCheck) (*DB, error) {
 			return nil, err
 		}
 	}
+	s := &DB{path: path, vfs: vfs, sync: synchronous, prefix: prefix, stmts: make(map[string]*sql.Stmt),
+		own: make(map[string]*sql.Stmt), control: make(map[string]driver.Stmt)}
+	if err := s.connect(nil, check); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// connect opens the database's connection and applies its settings. hold, if not nil, is a
+// parked database's descriptor holding the file's lock (see Park): the new connection takes the
+// lock over from it, and connect closes it, whatever happens. If connect fails, the database has
+// no connection. check, if not nil, runs as OpenChecked says (where the connection locks the file
+// itself: open ran it already elsewhere).
+func (s *DB) connect(hold *os.File, check FileCheck) error {
 	// No journal_mode pragma: the template's header says WAL already, and WAL mode persists.
-	u := url.URL{Scheme: "file", Path: path}
-	if vfs != "" {
-		u.RawQuery = "vfs=" + vfs
+	u := url.URL{Scheme: "file", Path: s.path}
+	if s.vfs != "" {
+		u.RawQuery = "vfs=" + s.vfs
 	}
 	db, err := sql.Open("sqlite", u.String())
 	if err != nil {
-		return nil, err
+		closeHold(hold)
+		return err
 	}
 	db.SetMaxOpenConns(1)
 	db.SetMaxIdleConns(1)
-	s := &DB{path: path, db: db, prefix: prefix, stmts: make(map[string]*sql.Stmt), own: make(map[string]*sql.Stmt),
-		control: make(map[string]driver.Stmt)}
 	fileOps.Lock()
-	s.conn, err = db.Conn(context.Background())
+	conn, err := db.Conn(context.Background())
 	fileOps.Unlock()
 	if err != nil {
+		closeHold(hold)
 		db.Close()
-		return nil, err
+		return err
 	}
+	s.db, s.conn = db, conn
 	err = s.conn.Raw(func(dc any) error {
 		r, ok := dc.(sqlite.AuthorizerRegisterer)
 		if !ok {
+			closeHold(hold)
 			return fmt.Errorf("sqlite driver has no authorizer")
 		}
-		if vfs != "" {
-			f, size, err := lockOwn(dc, path, true)
+		if s.vfs != "" {
+			f, size, err := lockOwn(dc, s.path, true, hold)
 			if err != nil {
 				return err
 			}
@@ -242,6 +262,8 @@ func open(path, vfs, synchronous, prefix string, check FileCheck) (*DB, error) {
 					return &DamageError{Reason: why}
 				}
 			}
+		} else {
+			closeHold(hold)
 		}
 		if err := r.RegisterAuthorizer(s.authorize); err != nil {
 			return err
@@ -252,7 +274,7 @@ func open(path, vfs, synchronous, prefix string, check FileCheck) (*DB, error) {
 				return err
 			}
 		}
-		if synchronous == "FULL" {
+		if s.sync == "FULL" {
 			s.keepWAL = noCheckpointOnClose(dc)
 		}
 		return nil
@@ -264,15 +286,14 @@ func open(path, vfs, synchronous, prefix string, check FileCheck) (*DB, error) {
 		// journal_size_limit: a checkpoint at close truncates the log to zero bytes, and a log that
 		// restarts is cut back to WALTrim. locking_mode comes before anything reads the file.
 		s.internal = true
-		_, err = s.conn.ExecContext(context.Background(), settings(synchronous))
+		_, err = s.conn.ExecContext(context.Background(), settings(s.sync))
 		s.internal = false
 	}
 	if err != nil {
-		s.failed = true
-		s.Close()
-		return nil, err
+		s.disconnect() // checkpoints nothing: the file may be another's to write
+		return err
 	}
-	return s, nil
+	return nil
 }
 
 // checkFile runs check on the file at path, through a descriptor of its own.
@@ -309,31 +330,50 @@ var settingsFor sync.Map // synchronous -> its settings statement
 
 // Close closes the statements and the database. A write-ahead log that is not kept at close (see
 // Open), or has grown past WALTrim, is checkpointed into the database and truncated first, before
-// the connection closes under fileOps: its fsyncs do not hold up other opens and closes.
+// the connection closes under fileOps: its fsyncs do not hold up other opens and closes. Closing a
+// parked database lets go of its file.
 func (s *DB) Close() error {
-	var ckpt error
+	s.noLook = false // a quiesced database closes without taking its lookaside back
+	s.awake()
+	if s.parked {
+		s.parked = false
+		return closeHold(s.hold)
+	}
+	ckpt := s.trimLog()
+	err := s.disconnect()
+	s.stmts, s.own, s.control = nil, nil, nil
+	if err == nil && ckpt != nil {
+		err = fmt.Errorf("checkpoint at close: %w", ckpt)
+	}
+	return err
+}
+
+// trimLog checkpoints the write-ahead log into the database and truncates it before the
+// connection closes, if the log is not kept at close (see Open) or has grown past WALTrim.
+func (s *DB) trimLog() error {
 	trim := !s.keepWAL
 	if !trim {
 		fi, err := os.Stat(s.path + "-wal")
 		trim = err == nil && fi.Size() > WALTrim
 	}
-	s.noLook = false // a quiesced database closes without taking its lookaside back
-	s.awake()
-	if trim && !s.failed {
-		ckpt = s.ExecOwn("PRAGMA wal_checkpoint(TRUNCATE)")
+	if !trim {
+		return nil
 	}
+	return s.ExecOwn("PRAGMA wal_checkpoint(TRUNCATE)")
+}
+
+// disconnect closes the statements and the connection, under fileOps; the database has no
+// connection then.
+func (s *DB) disconnect() error {
 	s.ForgetStmts()
 	s.closeOwn()
-	s.stmts, s.own, s.control = nil, nil, nil
 	fileOps.Lock()
 	err := s.conn.Close()
 	cerr := s.db.Close()
 	fileOps.Unlock()
+	s.conn, s.db = nil, nil
 	if err == nil {
 		err = cerr
-	}
-	if err == nil && ckpt != nil {
-		err = fmt.Errorf("checkpoint at close: %w", ckpt)
 	}
 	return err
 }
@@ -346,7 +386,9 @@ func (s *DB) Stmt(query string) (*sql.Stmt, error) {
 
 func (s *DB) prepare(cache map[string]*sql.Stmt, query string) (*sql.Stmt, error) {
 	if s.quiet {
-		s.wake()
+		if err := s.wake(); err != nil {
+			return nil, err
+		}
 	}
 	if st, ok := cache[query]; ok {
 		return st, nil
@@ -371,7 +413,9 @@ func (s *DB) prepare(cache map[string]*sql.Stmt, query string) (*sql.Stmt, error
 // two of them, so they skip database/sql's statement machinery.
 func (s *DB) Control(query string) error {
 	if s.quiet {
-		s.wake()
+		if err := s.wake(); err != nil {
+			return err
+		}
 	}
 	s.internal = true
 	defer func() { s.internal = false }()
@@ -469,98 +513,4 @@ func (s *DB) closeOwn() {
 			return nil
 		})
 	}
-}
-
-// Pragmas user SQL may use: the first set only reads whatever its argument names; the second may
-// only be read (with an argument they would set).
-var (
-	inspectPragmas = map[string]bool{"table_info": true, "table_xinfo": true, "table_list": true,
-		"index_list": true, "index_info": true, "index_xinfo": true, "foreign_key_list": true,
-		"foreign_key_check": true, "integrity_check": true, "quick_check": true}
-	readPragmas = map[string]bool{"page_count": true, "page_size": true, "freelist_count": true,
-		"user_version": true, "schema_version": true, "data_version": true, "compile_options": true,
-		"function_list": true, "pragma_list": true, "collation_list": true}
-)
-
-// Denied returns why the authorizer refused the last user statement, or "", and forgets it.
-func (s *DB) Denied() string {
-	why := s.denied
-	s.denied = ""
-	return why
-}
-
-// authorize is SQLite's authorizer for user statements: it refuses transaction control, attached
-// databases, pragmas that change settings, writes to the owner's tables, and any object (table,
-// view, index, trigger; TEMP or not) named with the owner's prefix or on one of its tables, keeping
-// the reason. The owner's own statements name their tables main.<name>.
-func (s *DB) authorize(action sqlite.AuthorizerActionCode, arg1, arg2, _, _ string) sqlite.AuthorizerReturnCode {
-	if s.internal {
-		return sqlite.AuthorizerOK
-	}
-	deny := func(why string) sqlite.AuthorizerReturnCode {
-		s.denied = why
-		return sqlite.AuthorizerDeny
-	}
-	switch action {
-	case sqlite.AuthTransaction, sqlite.AuthSavepoint:
-		return deny("transactions belong to the runtime: each turn is atomic; use Storage.Transaction for a nested one")
-	case sqlite.AuthAttach, sqlite.AuthDetach:
-		return deny("ATTACH and DETACH are not available: an object owns one database")
-	case sqlite.AuthPragma:
-		if p := strings.ToLower(arg1); inspectPragmas[p] || arg2 == "" && readPragmas[p] {
-			return sqlite.AuthorizerOK
-		}
-		return deny(fmt.Sprintf("PRAGMA %s is not available: the runtime owns the database's settings", arg1))
-	case sqlite.AuthInsert, sqlite.AuthUpdate, sqlite.AuthDelete:
-		if s.owned(arg1) {
-			return deny(fmt.Sprintf("table %s belongs to the runtime", arg1))
-		}
-	case sqlite.AuthCreateTable, sqlite.AuthDropTable, sqlite.AuthCreateTempTable, sqlite.AuthDropTempTable,
-		sqlite.AuthCreateView, sqlite.AuthDropView, sqlite.AuthCreateTempView, sqlite.AuthDropTempView,
-		sqlite.AuthCreateIndex, sqlite.AuthDropIndex, sqlite.AuthCreateTempIndex, sqlite.AuthDropTempIndex,
-		sqlite.AuthCreateTrigger, sqlite.AuthDropTrigger, sqlite.AuthCreateTempTrigger, sqlite.AuthDropTempTrigger,
-		sqlite.AuthCreateVTable, sqlite.AuthDropVTable, sqlite.AuthAlterTable:
-		// arg1 names the object made or dropped (for ALTER TABLE, the schema), arg2 the table it is
-		// on (for a virtual table, its module). The owner's names are reserved in every schema,
-		// TEMP included (a TEMP object would shadow the owner's in unqualified names), and no
-		// trigger may sit on the owner's tables.
-		for _, name := range []string{arg1, arg2} {
-			if s.owned(name) {
-				return deny(fmt.Sprintf("the name %s belongs to the runtime (in main and TEMP alike; no trigger, view or index on it)", name))
-			}
-		}
-		// ALTER TABLE ... RENAME TO does not show the new name: a statement naming the owner's
-		// prefix anywhere may not alter a table.
-		if action == sqlite.AuthAlterTable && strings.Contains(strings.ToLower(s.query), s.prefix) {
-			return deny(fmt.Sprintf("ALTER TABLE may not give a table a name of the runtime's (%s*)", s.prefix))
-		}
-	}
-	return sqlite.AuthorizerOK
-}
-
-func (s *DB) owned(name string) bool {
-	return strings.HasPrefix(strings.ToLower(name), s.prefix)
-}
-
-// FirstKeyword returns the first SQL keyword of query, upper-cased, after white space and comments.
-func FirstKeyword(query string) string {
-	q := strings.TrimLeft(query, " \t\r\n;")
-	for strings.HasPrefix(q, "--") || strings.HasPrefix(q, "/*") {
-		end := "\n"
-		if q[0] == '/' {
-			end = "*/"
-		}
-		i := strings.Index(q, end)
-		if i < 0 {
-			return ""
-		}
-		q = strings.TrimLeft(q[i+len(end):], " \t\r\n;")
-	}
-	end := strings.IndexFunc(q, func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r == '_')
-	})
-	if end < 0 {
-		end = len(q)
-	}
-	return strings.ToUpper(q[:end])
 }
