@@ -263,19 +263,27 @@ func (o *object) deliver(t *turn, run *alarmRun, row timerRow) error {
 			// once, wherever the object is served next (in cluster mode, the node the shard goes to),
 			// with no backoff, as a retry that never exhausts the policy: restarts alone do not make a
 			// dead letter (A10).
-			r := row
-			r.at, r.retry = now.UnixNano(), row.retry+1
+			r := row.retried(now.UnixNano(), token)
 			o.alarmRetried(t, row, time.Unix(0, r.at), herr)
 			return t.putTimer(r)
 		}
 		if row.retry < policy.MaxRetries {
-			r := row
-			r.at, r.retry = now.Add(policy.delay(row.retry+1)).UnixNano(), row.retry+1
+			r := row.retried(now.Add(policy.delay(row.retry+1)).UnixNano(), token)
 			o.alarmRetried(t, row, time.Unix(0, r.at), herr)
 			return t.putTimer(r)
 		}
 		return o.dropTimer(t, row, herr, now, cur.running)
 	})
+}
+
+// retried returns row due again at at, as its next retry. A facet's run left marked by a crash
+// (token, not 0) stays marked with its token: it may have committed before the crash, and only its
+// token lets the next delivery find its record instead of running it again (F6). Without a token
+// the row is pending again, not running.
+func (row timerRow) retried(at, token int64) timerRow {
+	row.at, row.retry = at, row.retry+1
+	row.running, row.token = token != 0, token
+	return row
 }
 
 // newRunToken returns a token for a facet's timer run: random, and neither 0 (not running) nor 1

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -29,7 +30,13 @@ import (
 // child (TestAlarm_SIGKILLChild) per kill moment. The child arms
 // crashPerKind timers of each kind, due at once (or, for "before", in an
 // hour), and prints "ready" when every handler has reached the moment;
-// the parent SIGKILLs it there. The "random" moment kills at a seeded
+// the parent SIGKILLs it there. The child's way there (starting a test
+// binary, opening a runtime, creating 64 databases) takes seconds of CPU
+// under -race, and a loaded machine stretches that without bound, so no
+// wait for it ends at a fixed time: the child prints a progress line per
+// timer armed and per handler at the moment, and the parent gives up only
+// once the child has said nothing for crashStall. The child ends when the
+// parent closes its stdin. The "random" moment kills at a seeded
 // random delay while handlers sleep in two Awaits; its handlers print
 // "done <kind> <name>" as they return, since a run that finished in the
 // child need not run again. The parent then reopens every directory
@@ -48,9 +55,11 @@ const (
 	armedLine = "armed" // the child armed everything
 	readyLine = "ready" // every handler is at the kill moment
 	doneWord  = "done"  // "done <kind> <name>": a handler returned in the child
+	stepWord  = "step"  // "step ...": the child armed a timer, or a handler reached the moment
 
-	// crashStall is how long the reopened runtimes may go without a timer's first run before the
-	// timers not run yet are counted as lost.
+	// crashStall is how long a child may go without a line of output before it is counted as hung,
+	// and the reopened runtimes without a timer's first run before the timers not run yet are
+	// counted as lost.
 	crashStall = 3 * hangGuard
 )
 
@@ -183,14 +192,13 @@ type crashMoment struct {
 	later   bool // the timers are armed for later, not due at once
 }
 
-// block holds a handler at the kill moment; the child is killed there.
+// block holds a handler at the kill moment; the child is killed there. It
+// has no time limit: on a loaded machine the other handlers may take long to
+// get there, and a handler that returned would leave nothing to run again.
+// The child ends when its parent goes (TestAlarm_SIGKILLChild).
 func block(ctx context.Context) error {
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(time.Minute): // the child outlives its parent by at most this
-		return nil
-	}
+	<-ctx.Done()
+	return ctx.Err()
 }
 
 var crashMoments = []crashMoment{
@@ -250,9 +258,18 @@ func TestAlarm_SIGKILLChild(t *testing.T) {
 	}
 	require.NotNil(t, moment, "unknown kill moment %q", mode)
 	seed, _ := strconv.ParseUint(os.Getenv(killSeedEnv), 10, 64)
+	// The parent holds the child's stdin open until it has killed it: if the parent dies first, the
+	// child ends here.
+	parentGone := make(chan struct{})
+	go func() {
+		io.Copy(io.Discard, os.Stdin)
+		close(parentGone)
+	}()
 	var reached atomic.Int64
 	signal := func() {
-		if reached.Add(1) == int64(len(crashKinds)*crashPerKind) {
+		n := reached.Add(1)
+		fmt.Println(stepWord, "moment", n)
+		if n == int64(len(crashKinds)*crashPerKind) {
 			fmt.Println(readyLine)
 		}
 	}
@@ -267,7 +284,11 @@ func TestAlarm_SIGKILLChild(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make(chan error, crashPerKind)
 	for i := range crashPerKind {
-		wg.Go(func() { errs <- n.arm(context.Background(), i, at) })
+		wg.Go(func() {
+			err := n.arm(context.Background(), i, at)
+			fmt.Println(stepWord, "armed", i)
+			errs <- err
+		})
 	}
 	wg.Wait()
 	close(errs)
@@ -278,7 +299,7 @@ func TestAlarm_SIGKILLChild(t *testing.T) {
 	if moment.later {
 		fmt.Println(readyLine)
 	}
-	time.Sleep(time.Minute) // killed long before
+	<-parentGone // killed long before, unless the parent died
 }
 
 // killRun is one child: its directory and what ran in it.
@@ -408,18 +429,24 @@ func TestAlarm_SurvivesSIGKILLInsideAwait(t *testing.T) {
 // handlers that returned in the child.
 func killChild(t *testing.T, moment string, r *killRun, seed uint64, delay time.Duration) error {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestAlarm_SIGKILLChild$", "-test.count=1", "-test.timeout=2m")
+	// No time limit for the child: the parent kills a child that says nothing for crashStall, and
+	// the child ends if the parent dies (its stdin closes).
+	cmd := exec.Command(os.Args[0], "-test.run=^TestAlarm_SIGKILLChild$", "-test.count=1", "-test.timeout=0")
 	cmd.Env = append(os.Environ(), childEnv+"=TestAlarm_SIGKILLChild",
 		crashDirEnv+"="+r.dir, crashModeEnv+"="+moment, killSeedEnv+"="+strconv.FormatUint(seed, 10))
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
+	stdin, err := cmd.StdinPipe() // held open until the child is killed
+	require.NoError(t, err)
+	defer stdin.Close()
 	cmd.Stderr = cmd.Stdout
 	require.NoError(t, cmd.Start())
 	killed := make(chan struct{})
 	var once sync.Once
 	kill := func() { once.Do(func() { cmd.Process.Kill(); close(killed) }) }
 	defer kill()
-	guard := time.AfterFunc(hangGuard, kill) // a child that never reaches its moment
+	var stalled atomic.Bool
+	guard := time.AfterFunc(crashStall, func() { stalled.Store(true); kill() }) // a child that stopped on its way to the moment
 	defer guard.Stop()
 
 	wantLine := readyLine
@@ -430,9 +457,15 @@ func killChild(t *testing.T, moment string, r *killRun, seed uint64, delay time.
 	reached := false
 	var log []string
 	for lines.Scan() {
+		if !reached {
+			guard.Reset(crashStall)
+		}
 		line := strings.TrimSpace(lines.Text())
 		if f := strings.Fields(line); len(f) == 3 && f[0] == doneWord {
 			r.ran[f[1]+"/"+f[2]] = true
+			continue
+		}
+		if strings.HasPrefix(line, stepWord+" ") {
 			continue
 		}
 		log = append(log, line)
@@ -448,7 +481,11 @@ func killChild(t *testing.T, moment string, r *killRun, seed uint64, delay time.
 	kill()
 	cmd.Wait()
 	if !reached {
-		return fmt.Errorf("the child never printed %q within %v; its output:\n%s", wantLine, hangGuard, tail(strings.Join(log, "\n"), 3000))
+		why := "it exited"
+		if stalled.Load() {
+			why = fmt.Sprintf("it said nothing for %v", crashStall)
+		}
+		return fmt.Errorf("the child never printed %q: %s; its output:\n%s", wantLine, why, tail(strings.Join(log, "\n"), 3000))
 	}
 	return nil
 }

@@ -193,8 +193,7 @@ func (o *object) constructFailed(t *turn, alarm bool, cerr error) error {
 		for _, row := range rows {
 			n++
 			if row.retry < policy.MaxRetries {
-				r := row
-				r.at, r.retry, r.running = now.Add(policy.delay(row.retry+1)).UnixNano(), row.retry+1, false
+				r := row.retried(now.Add(policy.delay(row.retry+1)).UnixNano(), row.token)
 				o.alarmRetried(t, row, time.Unix(0, r.at), cerr)
 				if err := t.putTimer(r); err != nil {
 					return err

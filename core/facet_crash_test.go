@@ -3,7 +3,9 @@ package core_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -11,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -347,45 +350,93 @@ func (f *onceFacet) Alarm(ctx context.Context, info core.AlarmInfo) error {
 // copied over that copy: the directory a crash between the facet's commit
 // and its root's leaves. Opened again, the run is not run twice, and the
 // alarm the run set stands.
+//
+// The reopened runtime's clock stands before the time the marked timer is
+// due, so that only TriggerAlarm delivers it: were the scheduler to deliver
+// it first, TriggerAlarm would then run the alarm the run set, a new run.
 func TestFacetAlarm_CommittedRunIsNotRunAgain(t *testing.T) {
-	ctx := context.Background()
-	live, crashed := t.TempDir(), t.TempDir()
-	due := time.Now().Add(time.Hour)
-	open := func(dir string, during func()) (*core.Runtime, *core.Stub[*onceFacet]) {
-		rt, err := core.Open(core.Options{Dir: dir})
-		require.NoError(t, err)
-		roots, err := core.Register(rt, "roots", func(_ context.Context, st *core.State) (*chainRoot, error) { return &chainRoot{st: st}, nil })
-		require.NoError(t, err)
-		facets, err := core.RegisterFacet(rt, roots, "f", func(ctx context.Context, st *core.State) (*onceFacet, error) {
-			_, err := st.Storage().Exec(ctx, "CREATE TABLE IF NOT EXISTS runs(k INTEGER NOT NULL)")
-			return &onceFacet{st: st, during: during}, err
-		})
-		require.NoError(t, err)
-		r, err := roots.Get("r")
-		require.NoError(t, err)
-		f, err := core.Call(ctx, r, func(_ context.Context, o *chainRoot) (*core.Stub[*onceFacet], error) { return facets.Get(o.st, "f") })
-		require.NoError(t, err)
-		return rt, f
-	}
-	runs := func(f *core.Stub[*onceFacet]) (n int, alarm time.Time) {
-		require.NoError(t, core.Do(ctx, f, func(ctx context.Context, o *onceFacet) error {
-			if err := o.st.Storage().QueryRow(ctx, "SELECT count(*) FROM runs").Scan(&n); err != nil {
-				return err
-			}
-			var err error
-			alarm, _, err = o.st.GetAlarm(ctx)
-			return err
-		}))
-		return n, alarm
-	}
+	start := time.Now()
+	crashed, alarm := onceCrash(t)
+	rt, roots, facets := onceOpen(t, core.Options{Dir: crashed, Now: func() time.Time { return start }}, func() {})
+	defer rt.Close()
+	f := onceStub(t, roots, facets)
+	had, err := f.TriggerAlarm(context.Background())
+	require.NoError(t, err)
+	require.True(t, had, "the root's timer, marked running, is there after the crash")
+	onceCheck(t, f, alarm)
+}
 
+// S-F6: the delivery of the run a crash left marked fails before it gets
+// to the facet's record (the facet's kind is not registered yet when the
+// scheduler finds the timer due at Open; the root's constructor fails). The
+// retry it leaves keeps the run's token, so the run that committed before
+// the crash is still not run again.
+func TestFacetAlarm_CommittedRunIsNotRunAgainAfterAFailedDelivery(t *testing.T) {
+	for _, c := range []struct {
+		name, event string
+		rootFails   bool
+	}{
+		{"facet kind registered late", "event=alarm_retry", false},
+		{"root constructor fails", "event=alarm_constructor_failed", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			crashed, alarm := onceCrash(t)
+			// The clock stands still past the marked timer's time: the scheduler
+			// delivers it once at Open, and its retry never comes due.
+			now := time.Now()
+			logs := newLogCapture()
+			rt, err := core.Open(core.Options{Dir: crashed, Now: func() time.Time { return now }, Logger: slog.New(logs)})
+			require.NoError(t, err)
+			defer rt.Close()
+			var rootFails atomic.Bool
+			rootFails.Store(c.rootFails)
+			roots, err := core.Register(rt, "roots", func(_ context.Context, st *core.State) (*chainRoot, error) {
+				if rootFails.Load() {
+					return nil, errors.New("the root does not start")
+				}
+				return &chainRoot{st: st}, nil
+			})
+			require.NoError(t, err)
+			register := func() *core.FacetKind[*onceFacet] {
+				facets, err := core.RegisterFacet(rt, roots, "f", onceNew(func() {}))
+				require.NoError(t, err)
+				return facets
+			}
+			var facets *core.FacetKind[*onceFacet]
+			if c.rootFails {
+				facets = register()
+			}
+			// The scheduler delivers it at once; the wait is only a bound on a hang.
+			_, ok := logs.waitFor(c.event, 2*time.Minute)
+			require.True(t, ok, "the scheduler's delivery at Open fails with %s", c.event)
+			if !c.rootFails {
+				facets = register()
+			}
+			rootFails.Store(false)
+			f := onceStub(t, roots, facets)
+			had, err := f.TriggerAlarm(context.Background())
+			require.NoError(t, err)
+			require.True(t, had, "the retry of the marked timer is there")
+			onceCheck(t, f, alarm)
+		})
+	}
+}
+
+// onceCrash makes the directory of a crash between a facet's alarm run's
+// commit and its root's (see TestFacetAlarm_CommittedRunIsNotRunAgain), and
+// returns it with the alarm the run set.
+func onceCrash(t *testing.T) (crashed string, alarm time.Time) {
+	ctx := context.Background()
+	live := t.TempDir()
+	crashed = t.TempDir()
 	var once sync.Once
-	rt, f := open(live, func() { once.Do(func() { copyDir(t, live, crashed) }) })
-	require.NoError(t, core.Do(ctx, f, func(ctx context.Context, o *onceFacet) error { return o.st.SetAlarm(ctx, due) }))
+	rt, roots, facets := onceOpen(t, core.Options{Dir: live}, func() { once.Do(func() { copyDir(t, live, crashed) }) })
+	f := onceStub(t, roots, facets)
+	require.NoError(t, core.Do(ctx, f, func(ctx context.Context, o *onceFacet) error { return o.st.SetAlarm(ctx, time.Now().Add(time.Hour)) }))
 	had, err := f.TriggerAlarm(ctx)
 	require.NoError(t, err)
 	require.True(t, had)
-	n, alarm := runs(f)
+	n, alarm := onceRuns(t, f)
 	require.Equal(t, 1, n, "runs in the live directory")
 	require.NoError(t, rt.Close())
 	// The crash: the root as it was during the run, the facet as it was
@@ -408,13 +459,52 @@ func TestFacetAlarm_CommittedRunIsNotRunAgain(t *testing.T) {
 		}
 		return err
 	}))
+	return crashed, alarm
+}
 
-	rt, f = open(crashed, func() {})
-	defer rt.Close()
-	had, err = f.TriggerAlarm(ctx)
+func onceNew(during func()) func(context.Context, *core.State) (*onceFacet, error) {
+	return func(ctx context.Context, st *core.State) (*onceFacet, error) {
+		_, err := st.Storage().Exec(ctx, "CREATE TABLE IF NOT EXISTS runs(k INTEGER NOT NULL)")
+		return &onceFacet{st: st, during: during}, err
+	}
+}
+
+func onceOpen(t *testing.T, opts core.Options, during func()) (*core.Runtime, *core.Namespace[*chainRoot], *core.FacetKind[*onceFacet]) {
+	rt, err := core.Open(opts)
 	require.NoError(t, err)
-	require.True(t, had, "the root's timer, marked running, is there after the crash")
-	got, gotAlarm := runs(f)
+	roots, err := core.Register(rt, "roots", func(_ context.Context, st *core.State) (*chainRoot, error) { return &chainRoot{st: st}, nil })
+	require.NoError(t, err)
+	facets, err := core.RegisterFacet(rt, roots, "f", onceNew(during))
+	require.NoError(t, err)
+	return rt, roots, facets
+}
+
+func onceStub(t *testing.T, roots *core.Namespace[*chainRoot], facets *core.FacetKind[*onceFacet]) *core.Stub[*onceFacet] {
+	r, err := roots.Get("r")
+	require.NoError(t, err)
+	f, err := core.Call(context.Background(), r, func(_ context.Context, o *chainRoot) (*core.Stub[*onceFacet], error) { return facets.Get(o.st, "f") })
+	require.NoError(t, err)
+	return f
+}
+
+// onceRuns returns the runs the facet's table holds and its alarm.
+func onceRuns(t *testing.T, f *core.Stub[*onceFacet]) (n int, alarm time.Time) {
+	require.NoError(t, core.Do(context.Background(), f, func(ctx context.Context, o *onceFacet) error {
+		if err := o.st.Storage().QueryRow(ctx, "SELECT count(*) FROM runs").Scan(&n); err != nil {
+			return err
+		}
+		var err error
+		alarm, _, err = o.st.GetAlarm(ctx)
+		return err
+	}))
+	return n, alarm
+}
+
+// onceCheck checks that after the crash the run is there once, and the
+// alarm it set stands.
+func onceCheck(t *testing.T, f *core.Stub[*onceFacet], alarm time.Time) {
+	t.Helper()
+	got, gotAlarm := onceRuns(t, f)
 	if got != 1 {
 		t.Errorf("runs after the crash: got %d, want 1 (the run committed before the crash)", got)
 	}
