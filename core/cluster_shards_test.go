@@ -2,6 +2,7 @@ package core_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -337,6 +338,57 @@ func TestClusterTakeoverOfALeaderlessShardHoldsUpNoOther(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "v"+names[0], v)
 		n1.rt.Close()
+	})
+}
+
+// lostPuts is a node's leases whose next Put, once armed, gets no answer until its context ends,
+// as a renewal sent to a stream's leader as it is killed does.
+type lostPuts struct {
+	replog.Leases
+	lose atomic.Int32
+}
+
+func (l *lostPuts) Put(ctx context.Context, shard int, value []byte, rev uint64) (uint64, error) {
+	if l.lose.Add(-1) >= 0 {
+		<-ctx.Done()
+		return 0, fmt.Errorf("no answer: %w (%w)", replog.ErrUnknown, ctx.Err())
+	}
+	return l.Leases.Put(ctx, shard, value, rev)
+}
+
+// S-CL4, S-CL12: a renewal that gets no answer (sent to a stream's leader as it died) is given up
+// after 2 LeaseTTL, not after the 10 s of an operation, and the next one, sent afresh, proves the
+// lease again: the node's beats name the shard again, and the other nodes' tables name it its
+// owner, within 2 LeaseTTL and a renewal round.
+func TestClusterLostRenewalGivenUpWithinTwoLeaseTTL(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const ttl = time.Second // the default: 2 LeaseTTL well under an operation's 10 s
+		c := replogtest.NewMemCluster()
+		var lost *lostPuts
+		n1 := openNode(t, c, "n1", func(o *core.Options) {
+			lost = &lostPuts{Leases: o.Replication.Leases}
+			o.Replication.Leases = lost
+			o.Replication.LeaseTTL = ttl
+			o.IdleTimeout = time.Hour // resident throughout: its lease stays held
+		})
+		defer n1.rt.Close()
+		n2 := openNode(t, c, "n2", func(o *core.Options) { o.Replication.LeaseTTL = ttl })
+		defer n2.rt.Close()
+		time.Sleep(ttl)
+		require.NoError(t, n1.put("acct", "k", "v"))
+		shard := c.ShardOf("kv/acct")
+		synctest.Wait()
+		armed := time.Now()
+		lost.lose.Store(1) // the next renewal gets no answer
+		time.Sleep(ttl)
+		require.Empty(t, n2.rt.Stats().Cluster.Owners[shard], "the lease cannot be proven: node 1's beats do not name it")
+		for n2.rt.Stats().Cluster.Owners[shard] != "n1" {
+			time.Sleep(ttl / 16)
+			require.LessOrEqual(t, time.Since(armed), 3*ttl, "the lost renewal is given up after 2 LeaseTTL, and the next renews the lease")
+		}
+		v, err := n1.get("acct", "k")
+		require.NoError(t, err)
+		require.Equal(t, "v", v)
 	})
 }
 
