@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 
@@ -47,14 +48,18 @@ func (e *Engine) Serve(node string, handle func(ctx context.Context, req []byte)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	maxBytes := e.MaxCallBytes()
+	out := &replyBatch{nc: e.nc}
 	w := &callWorkers{ch: make(chan *nats.Msg, callBacklog), ctx: ctx, handle: func(m *nats.Msg) {
 		reply := handle(ctx, m.Data)
-		out := &nats.Msg{Subject: m.Reply, Data: reply}
-		if len(reply) > maxBytes {
-			out.Data, out.Header = nil, nats.Header{}
-			out.Header.Set(callHeader, fmt.Sprintf("a reply of %d bytes: at most %d", len(reply), maxBytes))
+		if m.Reply == "" {
+			return // a request that asks for no reply
 		}
-		_ = m.RespondMsg(out) // a reply that cannot be sent is one that did not come
+		r := &nats.Msg{Subject: m.Reply, Data: reply}
+		if len(reply) > maxBytes {
+			r.Data, r.Header = nil, nats.Header{}
+			r.Header.Set(callHeader, fmt.Sprintf("a reply of %d bytes: at most %d", len(reply), maxBytes))
+		}
+		out.send(r)
 	}}
 	w.mu.Lock()
 	w.start()
@@ -152,6 +157,55 @@ func (w *callWorkers) stop(cancel context.CancelFunc) {
 	w.mu.Unlock()
 	cancel()
 	w.running.Wait()
+}
+
+// replyBatch sends a node's replies, several in one write to the server where it can. The nats.go
+// connection writes what it buffered as soon as its flusher goroutine runs, which is as soon as the
+// goroutine that published blocks: each worker publishing its own reply would cost a write (and a
+// read on the server, and so on along the route to the caller) per reply, though a commit makes
+// the replies of all its turns ready at once. So a worker hands its reply to the batch; the first
+// one to find no other sending yields once (runtime.Gosched: the workers made ready with it run
+// first, and add theirs), then sends all it finds, until none is left. A reply waits at most for
+// the goroutines that were ready to run before it; alone, it is sent at once.
+type replyBatch struct {
+	nc *nats.Conn
+
+	mu      sync.Mutex // guards the fields below
+	queue   []*nats.Msg
+	spare   []*nats.Msg // the queue's other buffer, swapped with it by the sender
+	sending bool        // a worker sends what the queue holds, until it is empty
+}
+
+// send sends r, or leaves it to the worker sending already. A reply that cannot be sent is one that
+// did not come.
+func (b *replyBatch) send(r *nats.Msg) {
+	b.mu.Lock()
+	b.queue = append(b.queue, r)
+	if b.sending {
+		b.mu.Unlock()
+		return
+	}
+	b.sending = true
+	b.mu.Unlock()
+	runtime.Gosched()
+	for {
+		b.mu.Lock()
+		q := b.queue
+		if len(q) == 0 {
+			b.sending = false
+			b.mu.Unlock()
+			return
+		}
+		b.queue, b.spare = b.spare[:0], nil
+		b.mu.Unlock()
+		for i, m := range q {
+			_ = b.nc.PublishMsg(m)
+			q[i] = nil
+		}
+		b.mu.Lock()
+		b.spare = q[:0]
+		b.mu.Unlock()
+	}
 }
 
 // Send implements replog.Calls: a NATS request on the node's subject. No responders (nobody
