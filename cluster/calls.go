@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 	"time"
 
@@ -15,8 +14,9 @@ import (
 
 // Calls between nodes are plain NATS request-reply: a node is served on one subject,
 // "<prefix>.call.<node>" (the node's name encoded as one token), with one subscription for all of
-// its objects; a request's reply comes on the connection's reply subject. Like the beacon, it needs
-// no JetStream leader and no quorum, only the routes between the servers.
+// its objects; a request's reply comes on the engine's reply subject, one subscription for all of
+// them (requests.go). Requests ready at once, and replies, are written to the server together.
+// Like the beacon, it needs no JetStream leader and no quorum, only the routes between the servers.
 
 var _ replog.Calls = (*Engine)(nil)
 
@@ -48,7 +48,7 @@ func (e *Engine) Serve(node string, handle func(ctx context.Context, req []byte)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	maxBytes := e.MaxCallBytes()
-	out := &replyBatch{nc: e.nc}
+	var out sendQueue[*nats.Msg] // the replies, sent together where they can be
 	w := &callWorkers{ch: make(chan *nats.Msg, callBacklog), ctx: ctx, handle: func(m *nats.Msg) {
 		reply := handle(ctx, m.Data)
 		if m.Reply == "" {
@@ -59,7 +59,14 @@ func (e *Engine) Serve(node string, handle func(ctx context.Context, req []byte)
 			r.Data, r.Header = nil, nats.Header{}
 			r.Header.Set(callHeader, fmt.Sprintf("a reply of %d bytes: at most %d", len(reply), maxBytes))
 		}
-		out.send(r)
+		if out.add(r) {
+			out.yield()
+			for rs := out.take(); rs != nil; rs = out.take() {
+				for _, r := range rs {
+					_ = e.nc.PublishMsg(r) // a reply that cannot be sent is one that did not come
+				}
+			}
+		}
 	}}
 	w.mu.Lock()
 	w.start()
@@ -159,55 +166,6 @@ func (w *callWorkers) stop(cancel context.CancelFunc) {
 	w.running.Wait()
 }
 
-// replyBatch sends a node's replies, several in one write to the server where it can. The nats.go
-// connection writes what it buffered as soon as its flusher goroutine runs, which is as soon as the
-// goroutine that published blocks: each worker publishing its own reply would cost a write (and a
-// read on the server, and so on along the route to the caller) per reply, though a commit makes
-// the replies of all its turns ready at once. So a worker hands its reply to the batch; the first
-// one to find no other sending yields once (runtime.Gosched: the workers made ready with it run
-// first, and add theirs), then sends all it finds, until none is left. A reply waits at most for
-// the goroutines that were ready to run before it; alone, it is sent at once.
-type replyBatch struct {
-	nc *nats.Conn
-
-	mu      sync.Mutex // guards the fields below
-	queue   []*nats.Msg
-	spare   []*nats.Msg // the queue's other buffer, swapped with it by the sender
-	sending bool        // a worker sends what the queue holds, until it is empty
-}
-
-// send sends r, or leaves it to the worker sending already. A reply that cannot be sent is one that
-// did not come.
-func (b *replyBatch) send(r *nats.Msg) {
-	b.mu.Lock()
-	b.queue = append(b.queue, r)
-	if b.sending {
-		b.mu.Unlock()
-		return
-	}
-	b.sending = true
-	b.mu.Unlock()
-	runtime.Gosched()
-	for {
-		b.mu.Lock()
-		q := b.queue
-		if len(q) == 0 {
-			b.sending = false
-			b.mu.Unlock()
-			return
-		}
-		b.queue, b.spare = b.spare[:0], nil
-		b.mu.Unlock()
-		for i, m := range q {
-			_ = b.nc.PublishMsg(m)
-			q[i] = nil
-		}
-		b.mu.Lock()
-		b.spare = q[:0]
-		b.mu.Unlock()
-	}
-}
-
 // Send implements replog.Calls: a NATS request on the node's subject. No responders (nobody
 // serves the node, or the route to it is down) is replog.ErrUnreachable; a request whose reply
 // did not come before ctx ended is replog.ErrNoReply.
@@ -219,7 +177,7 @@ func (e *Engine) Send(ctx context.Context, node string, req []byte) ([]byte, err
 	if err != nil {
 		return nil, err
 	}
-	m, err := e.nc.RequestWithContext(ctx, subj, req)
+	m, err := e.calls.do(ctx, e.nc, subj, req)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		return nil, fmt.Errorf("cluster: request to node %q: %w", node, replog.ErrUnreachable)

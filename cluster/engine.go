@@ -66,6 +66,7 @@ type Engine struct {
 	js     jetstream.JetStream
 	cfg    Config
 	apiPfx string
+	calls  requests // the calls this node sends (requests.go)
 }
 
 var (
