@@ -27,13 +27,25 @@ const callHeader = "Durable-Call-Error"
 // and headers.
 const callRoom = 8 << 10
 
+// callSubject is the subject node is served on, remembered for the first maxCallSubjects nodes
+// asked for (a cluster's nodes: every call names one).
 func (e *Engine) callSubject(node string) (string, error) {
+	if subj, ok := e.callSubjects.Load(node); ok {
+		return subj.(string), nil
+	}
 	enc, err := encodeKey(node)
 	if err != nil {
 		return "", fmt.Errorf("cluster: node name: %w", err)
 	}
-	return e.cfg.Prefix + ".call." + enc, nil
+	subj := e.cfg.Prefix + ".call." + enc
+	if e.callSubjectsN.Add(1) <= maxCallSubjects {
+		e.callSubjects.Store(node, subj)
+	}
+	return subj, nil
 }
+
+// maxCallSubjects bounds the call subjects an engine remembers.
+const maxCallSubjects = 1024
 
 // MaxCallBytes implements replog.Calls: the connection's maximum payload less room for the
 // subject and headers.
