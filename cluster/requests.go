@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"strconv"
 	"strings"
 	"sync"
@@ -70,11 +69,11 @@ func (r *requests) deliver(m *nats.Msg) {
 }
 
 // do publishes data on subject over nc (the same connection every time) and returns its reply, or
-// why it has none: ctx's end if ctx ended first (ended), the error of its publication, or
+// why it has none: ctx's error if ctx ended first, the error of its publication, or
 // nats.ErrNoResponders.
 func (r *requests) do(ctx context.Context, nc *nats.Conn, subject string, data []byte) (*nats.Msg, error) {
-	if ctx.Err() != nil {
-		return nil, ended(ctx)
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
 	q, err := r.enqueue(nc, subject, data)
 	if err != nil {
@@ -117,7 +116,7 @@ func (r *requests) wait(ctx context.Context, q *request) (*nats.Msg, error) {
 		r.mu.Lock()
 		delete(r.waiting, q.id)
 		r.mu.Unlock()
-		return nil, ended(ctx)
+		return nil, ctx.Err()
 	}
 }
 
@@ -140,13 +139,4 @@ func (r *requests) publish() {
 			}
 		}
 	}
-}
-
-// ended is why ctx ended: context.DeadlineExceeded if its deadline passed or it was canceled with
-// that cause (a timeout kept by its canceler), else context.Canceled.
-func ended(ctx context.Context) error {
-	if errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
-		return context.DeadlineExceeded
-	}
-	return ctx.Err()
 }

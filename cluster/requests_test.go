@@ -64,30 +64,3 @@ func TestRequests_NotPublishedOnceItsCallerLeft(t *testing.T) {
 		t.Errorf("requests delivered: %q; want %q", arrived, want)
 	}
 }
-
-// A request's attempt whose canceler ended it at its deadline (core's watch keeps the timeout and
-// the node's beats on one timer) fails as a timed-out one: context.DeadlineExceeded; any other
-// end, whatever its cause, as a canceled one.
-func TestRequests_Ended(t *testing.T) {
-	canceled := func(cause error) context.Context {
-		ctx, cancel := context.WithCancelCause(t.Context())
-		cancel(cause)
-		return ctx
-	}
-	timedOut, cancel := context.WithTimeout(t.Context(), 0)
-	defer cancel()
-	for _, c := range []struct {
-		name string
-		ctx  context.Context
-		want error
-	}{
-		{"deadline passed", timedOut, context.DeadlineExceeded},
-		{"canceled at its deadline", canceled(context.DeadlineExceeded), context.DeadlineExceeded},
-		{"canceled", canceled(nil), context.Canceled},
-		{"canceled with another cause", canceled(nats.ErrNoResponders), context.Canceled},
-	} {
-		if got := ended(c.ctx); got != c.want {
-			t.Errorf("%s: ended = %v; want %v", c.name, got, c.want)
-		}
-	}
-}

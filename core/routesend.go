@@ -34,17 +34,16 @@ func (ro *router) send(ctx context.Context, node string, req []byte, watch bool)
 
 // sendWatching sends req to node, waiting at most timeout for the reply, and gives the attempt up
 // as soon as gone, asked every period while it waits, reports the node gone; it reports whether it
-// gave the attempt up so. The asking, and the timeout, are one timer's function, not a goroutine
-// of the attempt's: a reply is returned as soon as it comes, without waiting for another goroutine
-// to be scheduled and stop, and the timer is stopped before sendWatching returns (a function
-// already started asks nothing and cancels nothing once the reply is in: watch.over). An attempt
-// that timed out ends with context.DeadlineExceeded as its context's cause.
+// gave the attempt up so. The asking is a timer's function, not a goroutine of the attempt's: a
+// reply is returned as soon as it comes, without waiting for another goroutine to be scheduled and
+// stop, and the timer is stopped before sendWatching returns (a function already started asks
+// nothing and cancels nothing once the reply is in: watch.over).
 func sendWatching(ctx context.Context, calls replog.Calls, node string, req []byte, timeout, period time.Duration, gone func() bool) ([]byte, bool, error) {
-	actx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	w := &watch{gone: gone, cancel: cancel, period: period, deadline: time.Now().Add(timeout)}
+	actx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	w := &watch{gone: gone, cancel: cancel, period: period}
 	w.mu.Lock()
-	w.t = time.AfterFunc(min(period, timeout), w.check)
+	w.t = time.AfterFunc(period, w.check)
 	w.mu.Unlock()
 	reply, err := calls.Send(actx, node, req)
 	w.mu.Lock()
@@ -56,12 +55,11 @@ func sendWatching(ctx context.Context, calls replog.Calls, node string, req []by
 }
 
 // watch asks, every period while an attempt waits for its reply, whether its node is gone, and
-// cancels the attempt if so, or if its deadline has passed.
+// cancels the attempt if so.
 type watch struct {
-	gone     func() bool
-	cancel   context.CancelCauseFunc
-	period   time.Duration
-	deadline time.Time
+	gone   func() bool
+	cancel context.CancelFunc
+	period time.Duration
 
 	mu   sync.Mutex // guards the fields below
 	t    *time.Timer
@@ -72,17 +70,12 @@ type watch struct {
 func (w *watch) check() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.over {
-		return
-	}
-	left := time.Until(w.deadline)
 	switch {
-	case left <= 0:
-		w.cancel(context.DeadlineExceeded)
+	case w.over:
 	case w.gone():
 		w.cut = true
-		w.cancel(nil)
+		w.cancel()
 	default:
-		w.t.Reset(min(w.period, left))
+		w.t.Reset(w.period)
 	}
 }

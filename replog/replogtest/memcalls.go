@@ -3,7 +3,6 @@ package replogtest
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 
@@ -140,10 +139,6 @@ func (v memCallsView) Send(ctx context.Context, node string, req []byte) ([]byte
 		}
 		return r.reply, nil
 	case <-ctx.Done():
-		err := ctx.Err()
-		if errors.Is(context.Cause(ctx), context.DeadlineExceeded) { // a timeout kept by its canceler
-			err = context.DeadlineExceeded
-		}
-		return nil, fmt.Errorf("replogtest: request to node %q: %w: %w", node, replog.ErrNoReply, err)
+		return nil, fmt.Errorf("replogtest: request to node %q: %w: %w", node, replog.ErrNoReply, ctx.Err())
 	}
 }
