@@ -14,8 +14,9 @@ import (
 
 // Calls between nodes are plain NATS request-reply: a node is served on one subject,
 // "<prefix>.call.<node>" (the node's name encoded as one token), with one subscription for all of
-// its objects; a request's reply comes on the connection's reply subject. Like the beacon, it needs
-// no JetStream leader and no quorum, only the routes between the servers.
+// its objects; a request's reply comes on the engine's reply subject, one subscription for all of
+// them (requests.go). Requests ready at once, and replies, are written to the server together.
+// Like the beacon, it needs no JetStream leader and no quorum, only the routes between the servers.
 
 var _ replog.Calls = (*Engine)(nil)
 
@@ -26,13 +27,25 @@ const callHeader = "Durable-Call-Error"
 // and headers.
 const callRoom = 8 << 10
 
+// callSubject is the subject node is served on, remembered for the first maxCallSubjects nodes
+// asked for (a cluster's nodes: every call names one).
 func (e *Engine) callSubject(node string) (string, error) {
+	if subj, ok := e.callSubjects.Load(node); ok {
+		return subj.(string), nil
+	}
 	enc, err := encodeKey(node)
 	if err != nil {
 		return "", fmt.Errorf("cluster: node name: %w", err)
 	}
-	return e.cfg.Prefix + ".call." + enc, nil
+	subj := e.cfg.Prefix + ".call." + enc
+	if e.callSubjectsN.Add(1) <= maxCallSubjects {
+		e.callSubjects.Store(node, subj)
+	}
+	return subj, nil
 }
+
+// maxCallSubjects bounds the call subjects an engine remembers.
+const maxCallSubjects = 1024
 
 // MaxCallBytes implements replog.Calls: the connection's maximum payload less room for the
 // subject and headers.
@@ -47,14 +60,25 @@ func (e *Engine) Serve(node string, handle func(ctx context.Context, req []byte)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	maxBytes := e.MaxCallBytes()
+	var out sendQueue[*nats.Msg] // the replies, sent together where they can be
 	w := &callWorkers{ch: make(chan *nats.Msg, callBacklog), ctx: ctx, handle: func(m *nats.Msg) {
 		reply := handle(ctx, m.Data)
-		out := &nats.Msg{Subject: m.Reply, Data: reply}
-		if len(reply) > maxBytes {
-			out.Data, out.Header = nil, nats.Header{}
-			out.Header.Set(callHeader, fmt.Sprintf("a reply of %d bytes: at most %d", len(reply), maxBytes))
+		if m.Reply == "" {
+			return // a request that asks for no reply
 		}
-		_ = m.RespondMsg(out) // a reply that cannot be sent is one that did not come
+		r := &nats.Msg{Subject: m.Reply, Data: reply}
+		if len(reply) > maxBytes {
+			r.Data, r.Header = nil, nats.Header{}
+			r.Header.Set(callHeader, fmt.Sprintf("a reply of %d bytes: at most %d", len(reply), maxBytes))
+		}
+		if out.add(r) {
+			out.yield()
+			for rs := out.take(); rs != nil; rs = out.take() {
+				for _, r := range rs {
+					_ = e.nc.PublishMsg(r) // a reply that cannot be sent is one that did not come
+				}
+			}
+		}
 	}}
 	w.mu.Lock()
 	w.start()
@@ -165,7 +189,7 @@ func (e *Engine) Send(ctx context.Context, node string, req []byte) ([]byte, err
 	if err != nil {
 		return nil, err
 	}
-	m, err := e.nc.RequestWithContext(ctx, subj, req)
+	m, err := e.calls.do(ctx, e.nc, subj, req)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		return nil, fmt.Errorf("cluster: request to node %q: %w", node, replog.ErrUnreachable)

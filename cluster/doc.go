@@ -39,9 +39,10 @@
 //     no leader, no quorum: a node that lost its quorum still beats and hears the others.
 //   - Calls between nodes (replog.Calls) are plain NATS request-reply: a node is served on one
 //     subject, "<prefix>.call.<node>", with one subscription for all of its objects, each request
-//     handled on a goroutine of its own. No responders is replog.ErrUnreachable, a reply that did
-//     not come replog.ErrNoReply; a request or reply over the connection's maximum payload (less
-//     8 KiB for the subject and headers) is refused, never cut.
+//     handled on a goroutine of its own; the requests a node sends, and its replies, that are
+//     ready at once go to the server in one write. No responders is replog.ErrUnreachable, a
+//     reply that did not come replog.ErrNoReply; a request or reply over the connection's maximum
+//     payload (less 8 KiB for the subject and headers) is refused, never cut.
 //
 // Nothing on the path of a call needs the JetStream meta leader: appends, barriers and lease writes
 // go to the stream's leader, reads are direct gets that any replica answers, and a purge (Trim,

@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -66,6 +68,10 @@ type Engine struct {
 	js     jetstream.JetStream
 	cfg    Config
 	apiPfx string
+	calls  requests // the calls this node sends (requests.go)
+
+	callSubjects  sync.Map // node name -> the subject it is served on (callSubject)
+	callSubjectsN atomic.Int64
 }
 
 var (

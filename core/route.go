@@ -82,7 +82,7 @@ func Define[T, A, R any](ns *Namespace[T], name string, fn func(ctx context.Cont
 	}
 	m := &method[T, A, R]{name: name, fn: fn}
 	run := methodFunc(func(ctx context.Context, obj string, arg []byte) ([]byte, error) {
-		s, err := ns.Get(obj)
+		s, err := stubOf(ns, obj)
 		if err != nil {
 			return nil, err
 		}
@@ -100,6 +100,17 @@ func Define[T, A, R any](ns *Namespace[T], name string, fn func(ctx context.Cont
 		return nil, fmt.Errorf("core: Define %s.%s: defined already", ns.Name(), name)
 	}
 	return m.call, nil
+}
+
+// stubOf returns the stub of ns's object name for a call another node sent, made from the object
+// if it is resident: its id and its files are the object's, not computed again as Get does.
+func stubOf[T any](ns *Namespace[T], name string) (*Stub[T], error) {
+	if o := ns.ns.live(name); o != nil && !o.gone.Load() {
+		s := &Stub[T]{ns: ns.ns, name: name, id: o.id, place: o.place}
+		s.obj.Store(o)
+		return s, nil
+	}
+	return ns.Get(name)
 }
 
 // method is a method Define made.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -98,6 +99,57 @@ func CallsContract(t *testing.T, newCalls func(t *testing.T, n int) []replog.Cal
 		case <-waited:
 		case <-time.After(10 * time.Second):
 			t.Errorf("%d requests are not handled concurrently", n)
+		}
+		close(release)
+		sent.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Errorf("Send: %v", err)
+			}
+		}
+	})
+
+	// Replies that are ready at once (a commit's turns end together) each reach their own sender,
+	// however the transport sends them, and so do requests sent at once.
+	t.Run("RepliesAtOnce", func(t *testing.T) {
+		cs := newCalls(t, 2)
+		const n = 64
+		var arrived atomic.Int32
+		all, release := make(chan struct{}), make(chan struct{})
+		serve(t, cs[0], "n0", func(_ context.Context, req []byte) []byte {
+			if string(req) != "ping" {
+				if arrived.Add(1) == n {
+					close(all)
+				}
+				<-release
+			}
+			return append([]byte("re:"), req...)
+		})
+		if _, err := sendSoon(t, cs[1], "n0", []byte("ping")); err != nil {
+			t.Fatalf("Send: %v", err)
+		}
+		ctx, cancel := context.WithTimeout(contractContext(t), 10*time.Second)
+		defer cancel()
+		start := make(chan struct{})
+		var sent sync.WaitGroup
+		errs := make(chan error, n)
+		for i := range n {
+			sent.Go(func() {
+				<-start
+				req := fmt.Appendf(nil, "r%d", i)
+				reply, err := cs[1].Send(ctx, "n0", req)
+				if err == nil && string(reply) != "re:"+string(req) {
+					err = fmt.Errorf("reply %q to %q", reply, req)
+				}
+				errs <- err
+			})
+		}
+		close(start)
+		select {
+		case <-all:
+		case <-ctx.Done():
+			t.Errorf("%d of %d requests sent at once arrived", arrived.Load(), n)
 		}
 		close(release)
 		sent.Wait()
