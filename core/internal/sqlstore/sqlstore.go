@@ -13,7 +13,6 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"net/url"
 	"os"
@@ -168,16 +167,6 @@ func Open(path, synchronous, prefix string, template func() ([]byte, error)) (*D
 	return OpenChecked(path, synchronous, prefix, template, nil)
 }
 
-// A FileCheck checks what can be checked of a database file without reading its pages: its
-// headers. file reads the database file as it is on disk, size is its size. It returns why the file
-// is damaged, or "".
-type FileCheck func(file io.ReaderAt, size int64) (damage string, err error)
-
-// DamageError is OpenChecked's error for a file its FileCheck found damaged.
-type DamageError struct{ Reason string }
-
-func (e *DamageError) Error() string { return "damaged database file: " + e.Reason }
-
 // OpenChecked is Open that runs check (if not nil) on the file before SQLite reads anything but the
 // first bytes of its header: through the connection's own descriptor, under its lock (where the
 // connection locks the file itself; elsewhere through a descriptor of its own, before the
@@ -294,24 +283,6 @@ func (s *DB) connect(hold *os.File, check FileCheck) error {
 		return err
 	}
 	return nil
-}
-
-// checkFile runs check on the file at path, through a descriptor of its own.
-func checkFile(path string, check FileCheck) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	why, err := check(f, fi.Size())
-	if err == nil && why != "" {
-		err = &DamageError{Reason: why}
-	}
-	return err
 }
 
 // settings returns the statement of an open's settings (see open), built once for each value of
