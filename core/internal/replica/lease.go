@@ -37,6 +37,10 @@ type lease struct {
 	lost     bool      // a Put found the revision moved: another node took the shard
 	released bool      // handed back (Delete), or given up
 	failing  bool      // the renewer's last renewal failed (and was logged)
+	// proven is when the lease became provable after a gap: its takeover from another node, or
+	// the end of its first renewal after it could not be proven. Zero: a free lease taken for a
+	// call, provable since. No hand-over begins within 2 LeaseTTL of it (handover.go).
+	proven time.Time
 
 	// Guarded by the Node's mu:
 	refs     int       // resident objects of the shard that hold the lease
@@ -102,9 +106,13 @@ func (n *Node) renew(l *lease) error {
 	if took := n.cfg.Now().Sub(start); err == nil && took > n.cfg.LeaseTTL/2 {
 		n.cfg.Logger.Debug("a lease was renewed slowly", "event", "lease_renew_slow", "shard", l.shard, "took", took)
 	}
+	end := n.cfg.Now()
 	l.mu.Lock()
 	switch {
 	case err == nil:
+		if end.Sub(l.renewed) >= n.cfg.LeaseTTL-n.margin { // it could not be proven for a while
+			l.proven = end
+		}
 		l.rev, l.renewed = nrev, start
 		l.mu.Unlock()
 		return nil
@@ -301,6 +309,9 @@ func (n *Node) take(shard int, key string, keep bool) (*lease, error) {
 		return nil, fmt.Errorf("%w: take the lease of shard %d: %w", ErrLeaseUnproven, shard, err)
 	}
 	l := &lease{shard: shard, rev: nrev, value: value, renewed: now}
+	if rev != 0 || keep { // taken over from another node, or handed to this one
+		l.proven = now
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	delete(n.seen, shard)
