@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strconv"
 	"sync"
@@ -397,101 +396,5 @@ func TestClusterHandOverOfBusyObjects(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, strconv.Itoa(acked[name]), v, "%s holds every acknowledged increment", name)
 		}
-	})
-}
-
-// S-CL12: a shard whose stream elected a leader is not handed over within 2 LeaseTTL of its lease
-// being provable again: its objects, just served again, are not stalled a second time while the
-// table settles. It is handed over after that.
-func TestClusterNoHandOverRightAfterAnElection(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		c := replogtest.NewMemCluster()
-		logs := newLogCapture()
-		n1 := openNode(t, c, "n1", func(o *core.Options) {
-			o.Logger = slog.New(logs)
-			o.IdleTimeout = time.Hour // resident throughout: only a hand-over closes it
-		})
-		defer n1.rt.Close()
-		time.Sleep(clusterTTL)
-		name := placedAt(c, "n2", []string{"n1", "n2"}, 1)[0] // n2's, once it has joined
-		shard := c.ShardOf("kv/" + name)
-		require.NoError(t, n1.put(name, "k", "v"))
-		synctest.Wait()
-		c.HoldShard(shard, true) // the shard's stream elects a leader
-		defer c.HoldShard(shard, false)
-		n2 := openNode(t, c, "n2")
-		defer n2.rt.Close()
-		time.Sleep(4 * clusterTTL) // n2 has settled: the shard belongs to it
-
-		c.HoldShard(shard, false) // elected
-		time.Sleep(clusterTTL + clusterTTL/2)
-		handOver := "shard_handover shard=" + strconv.Itoa(shard) + " to="
-		_, handed := logs.find(handOver)
-		require.False(t, handed, "no hand-over within 2 LeaseTTL of the stream answering again")
-		v, err := n1.get(name, "k")
-		require.NoError(t, err, "served where it was")
-		require.Equal(t, "v", v)
-
-		start := time.Now()
-		for n2.rt.Stats().Cluster.HeldLeases == 0 {
-			time.Sleep(clusterTTL / 16)
-			require.Less(t, time.Since(start), 3*clusterTTL, "never handed over")
-		}
-		v, err = n2.get(name, "k")
-		require.NoError(t, err)
-		require.Equal(t, "v", v)
-	})
-}
-
-// S-CL12: a dead node's shard that a survivor took over is not handed over within 2 LeaseTTL of
-// the takeover, though a node it belongs to turns eligible meanwhile (here a node that joined as
-// the other died settles): the shard's objects are served where they were taken over first.
-func TestClusterNoHandOverRightAfterATakeover(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		c := replogtest.NewMemCluster()
-		logs := newLogCapture()
-		n1 := openNode(t, c, "n1")
-		n2 := openNode(t, c, "n2", func(o *core.Options) { o.Logger = slog.New(logs) })
-		defer n2.rt.Close()
-		time.Sleep(3 * clusterTTL) // settled
-		// An object of node 1's while n1 and n2 are up, whose shard goes to n3 once n3 is there.
-		var name string
-		for _, o := range placedAt(c, "n1", []string{"n1", "n2"}, 100) {
-			if replica.Place(c.ShardOf("kv/"+o), []string{"n1", "n2", "n3"}) == "n3" {
-				name = o
-				break
-			}
-		}
-		require.NotEmpty(t, name)
-		shard := c.ShardOf("kv/" + name)
-		require.NoError(t, n1.put(name, "k", "v"))
-		synctest.Wait()
-
-		n1.view.CutBeacon(true) // node 1 dies as node 3 joins
-		n1.view.CutLeases(true)
-		n1.view.CutLog(true)
-		n3 := openNode(t, c, "n3")
-		defer n3.rt.Close()
-		killed := time.Now()
-		for n2.rt.Stats().Cluster.HeldLeases == 0 {
-			time.Sleep(clusterTTL / 16)
-			require.Less(t, time.Since(killed), 2*clusterTTL, "node 2 never took the shard over")
-		}
-		takenOver := time.Now()
-		time.Sleep(2*clusterTTL - clusterTTL/4) // node 3 has settled meanwhile
-		_, handed := logs.find("shard_handover shard=" + strconv.Itoa(shard) + " to=")
-		require.False(t, handed, "no hand-over within 2 LeaseTTL of the takeover")
-		v, err := n2.get(name, "k")
-		require.NoError(t, err, "served where it was taken over")
-		require.Equal(t, "v", v)
-
-		for n3.rt.Stats().Cluster.HeldLeases == 0 {
-			time.Sleep(clusterTTL / 16)
-			require.Less(t, time.Since(takenOver), 5*clusterTTL, "never handed over to node 3")
-		}
-		v, err = n3.get(name, "k")
-		require.NoError(t, err)
-		require.Equal(t, "v", v)
-		n1.rt.Close()
 	})
 }

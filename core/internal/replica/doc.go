@@ -21,8 +21,7 @@
 // # Concurrency
 //
 //   - The Node owns four goroutines: the renewer (a round every quarter LeaseTTL: renewals, each
-//     in a goroutine of its own that the Node waits for, and when no renewal answered lately,
-//     reads of the shards' leases for readiness, at most one per shard at a time, then a beat), the placer (every eighth
+//     in a goroutine of its own that the Node waits for, then a beat), the placer (every eighth
 //     LeaseTTL, or at once when a shard is handed to this node: takeovers of dead nodes' shards
 //     and of shards handed over, each in a goroutine of its own that the Node waits for (at most
 //     one per shard, so that a shard whose stream elects a leader holds up no other), hand-overs,

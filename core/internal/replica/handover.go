@@ -117,13 +117,6 @@ func (n *Node) rebalance() {
 			// cannot take the shard either.
 			continue
 		}
-		if n.justProven(n.held[shard], now) {
-			// Taken over, or provable again after its stream elected a leader, within 2 LeaseTTL:
-			// its objects are being served again after a failover, while the table still settles
-			// (a survivor whose streams elected turns ready again); a hand-over now would stall
-			// them a second time.
-			continue
-		}
 		n.handing[shard] = &handOver{to: to, began: now}
 		n.begun = append(n.begun, now)
 		begin = append(begin, shard)
@@ -149,17 +142,6 @@ func (n *Node) rebalance() {
 			n.cfg.Evict(shard)
 		}
 	}
-}
-
-// handOverHold is how many LeaseTTL after a lease becomes provable after a gap (lease.proven) no
-// hand-over of its shard begins.
-const handOverHold = 2
-
-// justProven reports whether l became provable after a gap within handOverHold LeaseTTL of now.
-func (n *Node) justProven(l *lease, now time.Time) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return !l.proven.IsZero() && now.Sub(l.proven) < handOverHold*n.cfg.LeaseTTL
 }
 
 // handBack hands back the lease of a shard under hand-over whose last object closed, and beats, so

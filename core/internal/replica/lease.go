@@ -2,7 +2,6 @@ package replica
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -37,10 +36,6 @@ type lease struct {
 	lost     bool      // a Put found the revision moved: another node took the shard
 	released bool      // handed back (Delete), or given up
 	failing  bool      // the renewer's last renewal failed (and was logged)
-	// proven is when the lease became provable after a gap: its takeover from another node, or
-	// the end of its first renewal after it could not be proven. Zero: a free lease taken for a
-	// call, provable since. No hand-over begins within 2 LeaseTTL of it (handover.go).
-	proven time.Time
 
 	// Guarded by the Node's mu:
 	refs     int       // resident objects of the shard that hold the lease
@@ -91,7 +86,7 @@ func (n *Node) renew(l *lease) error {
 	rev, value := l.rev, l.value
 	l.mu.Unlock()
 	start := n.cfg.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), n.renewTimeout())
+	ctx, cancel := opCtx()
 	defer cancel()
 	nrev, err := n.cfg.Leases.Put(ctx, l.shard, value, rev)
 	if err != nil {
@@ -106,13 +101,9 @@ func (n *Node) renew(l *lease) error {
 	if took := n.cfg.Now().Sub(start); err == nil && took > n.cfg.LeaseTTL/2 {
 		n.cfg.Logger.Debug("a lease was renewed slowly", "event", "lease_renew_slow", "shard", l.shard, "took", took)
 	}
-	end := n.cfg.Now()
 	l.mu.Lock()
 	switch {
 	case err == nil:
-		if end.Sub(l.renewed) >= n.cfg.LeaseTTL-n.margin { // it could not be proven for a while
-			l.proven = end
-		}
 		l.rev, l.renewed = nrev, start
 		l.mu.Unlock()
 		return nil
@@ -127,14 +118,6 @@ func (n *Node) renew(l *lease) error {
 		return fmt.Errorf("core: renew the lease of shard %d: %w", l.shard, err)
 	}
 }
-
-// renewTimeout bounds one renewal: 2 LeaseTTL (opTimeout at most). A renewal that takes longer
-// proves nothing (the lease is valid for LeaseTTL less the margin from the renewal's start), and
-// one sent as its stream lost its leader may get no answer at all: it is given up, and the next
-// one, sent afresh, reaches the new leader as soon as there is one, instead of the shard's turns
-// waiting out opTimeout behind it. An outcome that stayed unknown costs nothing: the next renewal
-// finds this node's value at the new revision and renews from there.
-func (n *Node) renewTimeout() time.Duration { return min(opTimeout, 2*n.cfg.LeaseTTL) }
 
 // check proves the lease valid for a turn, renewing it now if its last renewal is too old.
 func (n *Node) check(l *lease) error {
@@ -309,9 +292,6 @@ func (n *Node) take(shard int, key string, keep bool) (*lease, error) {
 		return nil, fmt.Errorf("%w: take the lease of shard %d: %w", ErrLeaseUnproven, shard, err)
 	}
 	l := &lease{shard: shard, rev: nrev, value: value, renewed: now}
-	if rev != 0 || keep { // taken over from another node, or handed to this one
-		l.proven = now
-	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	delete(n.seen, shard)
