@@ -45,22 +45,7 @@ func TestRuntime_IdleObjectParks(t *testing.T) {
 		stub, err := ns.Get("idle")
 		require.NoError(t, err)
 		path := filepath.Join(rt.Dir(), "plain", stub.ID()+".sqlite")
-		insert := func() int {
-			n, err := core.Call(context.Background(), stub, func(ctx context.Context, p *plainObj) (int, error) {
-				s := p.st.Storage()
-				if _, err := s.Exec(ctx, "CREATE TABLE IF NOT EXISTS t(x)"); err != nil {
-					return 0, err
-				}
-				if _, err := s.Exec(ctx, "INSERT INTO t VALUES (1)"); err != nil {
-					return 0, err
-				}
-				var n int
-				err := s.QueryRow(ctx, "SELECT count(*) FROM t").Scan(&n)
-				return n, err
-			})
-			require.NoError(t, err)
-			return n
-		}
+		insert := func() int { return insertRow(t, stub) }
 		stats := func() core.Stats {
 			synctest.Wait()
 			return rt.Stats()

@@ -32,22 +32,7 @@ func TestRuntime_IdleObjectGivesMemoryBack(t *testing.T) {
 		require.NoError(t, err)
 		busy, err := ns.Get("busy")
 		require.NoError(t, err)
-		insert := func(stub *core.Stub[*plainObj]) int {
-			n, err := core.Call(context.Background(), stub, func(ctx context.Context, p *plainObj) (int, error) {
-				s := p.st.Storage()
-				if _, err := s.Exec(ctx, "CREATE TABLE IF NOT EXISTS t(x)"); err != nil {
-					return 0, err
-				}
-				if _, err := s.Exec(ctx, "INSERT INTO t VALUES (1)"); err != nil {
-					return 0, err
-				}
-				var n int
-				err := s.QueryRow(ctx, "SELECT count(*) FROM t").Scan(&n)
-				return n, err
-			})
-			require.NoError(t, err)
-			return n
-		}
+		insert := func(stub *core.Stub[*plainObj]) int { return insertRow(t, stub) }
 		stats := func() (quiet, open, resident int64) {
 			synctest.Wait()
 			st := rt.Stats()
@@ -287,4 +272,23 @@ func TestRuntime_OpenObjectHoldsTwoDescriptors(t *testing.T) {
 	shm, err = filepath.Glob(filepath.Join(dir, "plain", "*-shm"))
 	require.NoError(t, err)
 	require.Empty(t, shm, "inspection leaves no WAL index file behind")
+}
+
+// insertRow adds a row to the object's table t (made if need be) and returns how many it holds.
+func insertRow(t *testing.T, stub *core.Stub[*plainObj]) int {
+	t.Helper()
+	n, err := core.Call(context.Background(), stub, func(ctx context.Context, p *plainObj) (int, error) {
+		s := p.st.Storage()
+		if _, err := s.Exec(ctx, "CREATE TABLE IF NOT EXISTS t(x)"); err != nil {
+			return 0, err
+		}
+		if _, err := s.Exec(ctx, "INSERT INTO t VALUES (1)"); err != nil {
+			return 0, err
+		}
+		var n int
+		err := s.QueryRow(ctx, "SELECT count(*) FROM t").Scan(&n)
+		return n, err
+	})
+	require.NoError(t, err)
+	return n
 }
