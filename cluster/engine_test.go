@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -81,31 +82,49 @@ func startCluster(t *testing.T, n int) *testCluster {
 // newCluster starts n nodes with directories under parent.
 func newCluster(n int, parent string) (*testCluster, error) {
 	c := &testCluster{cfgs: make([]cluster.NodeConfig, n), nodes: make([]*cluster.Node, n)}
-	ports, err := loopback.FreePorts(2 * n)
-	if err != nil {
-		return nil, err
-	}
-	var routes []string
-	for i := range n {
-		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", ports[n+i]))
-	}
-	for i := range n {
-		dir, err := os.MkdirTemp(parent, "node")
-		if err != nil {
-			return c, err
+	err := startFirst(2*n, func(ports []int) error {
+		var routes []string
+		for i := range n {
+			routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", ports[n+i]))
 		}
-		c.dirs = append(c.dirs, dir)
-		c.cfgs[i] = cluster.NodeConfig{Name: fmt.Sprintf("n%d", i+1), Dir: dir, Port: ports[i]}
-		if n > 1 {
-			c.cfgs[i].ClusterName, c.cfgs[i].ClusterPort, c.cfgs[i].Routes = "test", ports[n+i], routes
+		for i := range n {
+			dir, err := os.MkdirTemp(parent, "node")
+			if err != nil {
+				return err
+			}
+			c.dirs = append(c.dirs, dir)
+			c.cfgs[i] = cluster.NodeConfig{Name: fmt.Sprintf("n%d", i+1), Dir: dir, Port: ports[i]}
+			if n > 1 {
+				c.cfgs[i].ClusterName, c.cfgs[i].ClusterPort, c.cfgs[i].Routes = "test", ports[n+i], routes
+			}
 		}
-	}
-	for i := range n {
-		if err := c.start(i); err != nil {
-			return c, err
+		for i := range n {
+			if err := c.start(i); err != nil {
+				return err
+			}
 		}
+		return nil
+	}, c.shutdown)
+	return c, err
+}
+
+// startFirst starts servers for the first time on k ports picked now on 127.0.0.1 (start), and if
+// a port was taken between its pick and the start (another process listens on it: StartNode fails
+// at once with EADDRINUSE), it undoes the start (stopping the servers started, removing their
+// directories) and tries again on new ports, a few times.
+func startFirst(k int, start func(ports []int) error, undo func()) error {
+	var err error
+	for range 5 {
+		var ports []int
+		if ports, err = loopback.FreePorts(k); err != nil {
+			return err
+		}
+		if err = start(ports); err == nil || !errors.Is(err, syscall.EADDRINUSE) {
+			return err
+		}
+		undo()
 	}
-	return c, nil
+	return err
 }
 
 func (c *testCluster) shutdown() {
@@ -118,6 +137,7 @@ func (c *testCluster) shutdown() {
 	for _, dir := range c.dirs {
 		os.RemoveAll(dir)
 	}
+	c.dirs = nil
 }
 
 func (c *testCluster) start(i int) error {

@@ -140,17 +140,17 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 		return nil, fmt.Errorf("cluster: StartNode %s: %w", cfg.Name, err)
 	}
 	log := slog.New(slog.DiscardHandler)
-	var nlog *nodeLog
+	nlog := newNodeLog(log) // without a Logger, only for a port that cannot be listened on
 	if cfg.Logger != nil {
 		log = cfg.Logger
 		nlog = newNodeLog(cfg.Logger.With("node", cfg.Name))
-		srv.SetLogger(nlog, false, false)
 	}
+	srv.SetLogger(nlog, false, false)
 	srv.Start()
-	if !srv.ReadyForConnections(30 * time.Second) {
+	if err := readyForConnections(srv, nlog, 30*time.Second); err != nil {
 		srv.Shutdown()
 		srv.WaitForShutdown()
-		return nil, fmt.Errorf("cluster: StartNode %s: not ready for connections within 30 s", cfg.Name)
+		return nil, fmt.Errorf("cluster: StartNode %s: %w", cfg.Name, err)
 	}
 	n := &Node{srv: srv, log: log, sysPass: sysPass, stop: make(chan struct{}), done: make(chan struct{})}
 	if cfg.ClusterName == "" {
@@ -178,6 +178,27 @@ func StartNode(cfg NodeConfig) (*Node, error) {
 		}
 	}()
 	return n, nil
+}
+
+// readyForConnections waits until srv accepts clients, for d at most, and fails at once if one of
+// its ports cannot be listened on: the server says so (a fatal error, which it logs and does not
+// act on) and would wait out d. The error then matches the listener's (syscall.EADDRINUSE for a
+// port another process holds), so that a caller that picked the port may pick another.
+func readyForConnections(srv *server.Server, nlog *nodeLog, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for {
+		if srv.ReadyForConnections(20 * time.Millisecond) {
+			return nil
+		}
+		select {
+		case err := <-nlog.listenErr:
+			return err
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not ready for connections within %v", d)
+		}
+	}
 }
 
 // view is what the node sees of its cluster now.

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"regexp"
@@ -23,6 +24,9 @@ type nodeLog struct {
 
 	mu   sync.Mutex           // protects last
 	last map[string]time.Time // a repeated condition's key -> when it was last seen
+
+	// listenErr receives the first error of a fatal line: the server could not listen on a port.
+	listenErr chan error
 }
 
 // repeatQuiet is how long a repeated condition must have been quiet for its line to be passed
@@ -31,7 +35,7 @@ type nodeLog struct {
 const repeatQuiet = 30 * time.Second
 
 func newNodeLog(l *slog.Logger) *nodeLog {
-	return &nodeLog{l: l, now: time.Now, last: map[string]time.Time{}}
+	return &nodeLog{l: l, now: time.Now, last: map[string]time.Time{}, listenErr: make(chan error, 1)}
 }
 
 var (
@@ -91,7 +95,30 @@ func (n *nodeLog) log(level slog.Level, format string, v ...any) {
 
 func (n *nodeLog) Noticef(format string, v ...any) { n.log(slog.LevelInfo, format, v...) }
 func (n *nodeLog) Warnf(format string, v ...any)   { n.log(slog.LevelWarn, format, v...) }
-func (n *nodeLog) Fatalf(format string, v ...any)  { n.log(slog.LevelError, format, v...) }
-func (n *nodeLog) Errorf(format string, v ...any)  { n.log(slog.LevelError, format, v...) }
-func (n *nodeLog) Debugf(format string, v ...any)  { n.log(slog.LevelDebug, format, v...) }
-func (n *nodeLog) Tracef(format string, v ...any)  { n.log(slog.LevelDebug, format, v...) }
+func (n *nodeLog) Fatalf(format string, v ...any) {
+	n.log(slog.LevelError, format, v...)
+	err := errors.New(fmt.Sprintf(format, v...))
+	for _, a := range v {
+		if cause, ok := a.(error); ok { // the line's error, as it is, for errors.Is
+			err = &lineError{msg: err.Error(), cause: cause}
+			break
+		}
+	}
+	select {
+	case n.listenErr <- err:
+	default:
+	}
+}
+
+func (n *nodeLog) Errorf(format string, v ...any) { n.log(slog.LevelError, format, v...) }
+func (n *nodeLog) Debugf(format string, v ...any) { n.log(slog.LevelDebug, format, v...) }
+func (n *nodeLog) Tracef(format string, v ...any) { n.log(slog.LevelDebug, format, v...) }
+
+// lineError is a log line's text, and the error it was about.
+type lineError struct {
+	msg   string
+	cause error
+}
+
+func (e *lineError) Error() string { return e.msg }
+func (e *lineError) Unwrap() error { return e.cause }

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/durable-go/durable/cluster"
-	"github.com/durable-go/durable/internal/loopback"
 )
 
 // link is a TCP proxy on 127.0.0.1 that one node's route to another goes through; kill closes its
@@ -128,48 +127,52 @@ func startProxiedCluster(t *testing.T) *proxiedCluster { return startProxiedClus
 
 func startProxiedClusterOf(t *testing.T, n int) *proxiedCluster {
 	t.Helper()
-	ports, err := loopback.FreePorts(2 * n)
-	if err != nil {
-		t.Fatal(err)
-	}
 	pc := &proxiedCluster{testCluster: &testCluster{cfgs: make([]cluster.NodeConfig, n), nodes: make([]*cluster.Node, n)}}
 	pc.links = make([][]*link, n)
 	for i := range pc.links {
 		pc.links[i] = make([]*link, n)
 	}
-	t.Cleanup(func() {
+	stop := func() {
 		pc.shutdown()
 		for i := range n {
 			for j := range n {
 				if pc.links[i][j] != nil {
 					pc.links[i][j].close()
+					pc.links[i][j] = nil
 				}
 			}
 		}
-	})
-	for i := range n {
-		var routes []string
-		for j := range n {
-			if j != i {
-				pc.links[i][j] = newLink(t, fmt.Sprintf("127.0.0.1:%d", ports[n+j]))
-				routes = append(routes, "nats://"+pc.links[i][j].l.Addr().String())
+	}
+	t.Cleanup(stop)
+	err := startFirst(2*n, func(ports []int) error {
+		for i := range n {
+			var routes []string
+			for j := range n {
+				if j != i {
+					pc.links[i][j] = newLink(t, fmt.Sprintf("127.0.0.1:%d", ports[n+j]))
+					routes = append(routes, "nats://"+pc.links[i][j].l.Addr().String())
+				}
+			}
+			// Not under t.TempDir: its removal would run before the cleanup above has shut the
+			// nodes down (cleanups run last first), while they still write; shutdown removes it.
+			dir, err := os.MkdirTemp("", "durable-node")
+			if err != nil {
+				return err
+			}
+			pc.dirs = append(pc.dirs, dir)
+			// An address no one listens on: nodes learn of each other only through their routes.
+			pc.cfgs[i] = cluster.NodeConfig{Name: fmt.Sprintf("n%d", i+1), Dir: dir, Port: ports[i],
+				ClusterName: "test", ClusterPort: ports[n+i], Routes: routes, ClusterAdvertise: "127.0.0.1:1"}
+		}
+		for i := range n {
+			if err := pc.start(i); err != nil {
+				return err
 			}
 		}
-		// Not under t.TempDir: its removal would run before the cleanup above has shut the
-		// nodes down (cleanups run last first), while they still write; shutdown removes it.
-		dir, err := os.MkdirTemp("", "durable-node")
-		if err != nil {
-			t.Fatal(err)
-		}
-		pc.dirs = append(pc.dirs, dir)
-		// An address no one listens on: nodes learn of each other only through their routes.
-		pc.cfgs[i] = cluster.NodeConfig{Name: fmt.Sprintf("n%d", i+1), Dir: dir, Port: ports[i],
-			ClusterName: "test", ClusterPort: ports[n+i], Routes: routes, ClusterAdvertise: "127.0.0.1:1"}
-	}
-	for i := range n {
-		if err := pc.start(i); err != nil {
-			t.Fatal(err)
-		}
+		return nil
+	}, stop)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return pc
 }

@@ -25,3 +25,22 @@ func TestFreePorts(t *testing.T) {
 		l.Close()
 	}
 }
+
+// On Linux the ports lie below the range outgoing connections take their local ports from, so
+// that no connection made between the pick and a server's start (or restart) can take one.
+func TestFreePorts_BelowTheEphemeralRange(t *testing.T) {
+	low := ephemeralLow()
+	if low == 0 {
+		t.Log("the system does not say which ports outgoing connections take; nothing to check")
+		return
+	}
+	ports, err := FreePorts(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ports {
+		if p < lowest || p >= low {
+			t.Errorf("port %d: want one in [%d, %d)", p, lowest, low)
+		}
+	}
+}
