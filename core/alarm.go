@@ -258,6 +258,13 @@ func (o *object) deliver(t *turn, run *alarmRun, row timerRow) error {
 		if err != nil || !ok || !cur.running && !cur.same(row) {
 			return err
 		}
+		if cur.running && cur.token != 0 {
+			// A facet's run began: its root marked the row with the run's token before the run
+			// (here, or before a crash). The run may have committed in the facet before this
+			// failure (the root's write that ends it failed): the retry keeps the token, so that
+			// the next delivery finds the facet's record instead of running it again (F6).
+			token = cur.token
+		}
 		if errors.Is(herr, ErrClosed) && o.rt.base.Err() != nil {
 			// Cut short by the runtime's shutdown, not failed by its handler: the run is due again at
 			// once, wherever the object is served next (in cluster mode, the node the shard goes to),
@@ -276,9 +283,10 @@ func (o *object) deliver(t *turn, run *alarmRun, row timerRow) error {
 	})
 }
 
-// retried returns row due again at at, as its next retry. A facet's run left marked by a crash
-// (token, not 0) stays marked with its token: it may have committed before the crash, and only its
-// token lets the next delivery find its record instead of running it again (F6). Without a token
+// retried returns row due again at at, as its next retry. A facet's run marked with its token (not
+// 0: left marked by a crash, or begun and then failed in its root) stays marked with it: it may have
+// committed in the facet, and only its token lets the next delivery find its record instead of
+// running it again (F6). Without a token
 // the row is pending again, not running.
 func (row timerRow) retried(at, token int64) timerRow {
 	row.at, row.retry = at, row.retry+1
