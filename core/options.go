@@ -31,11 +31,11 @@ type Options struct {
 
 	// MaxOpenObjects bounds the objects in memory with an open database; past it the least
 	// recently used idle ones are evicted early. Default (0): sized by the machine, the smaller of
-	// what the descriptor limit allows (3 descriptors per object, an eighth of the limit kept for
-	// the rest of the process) and an eighth of memory at 384 KiB per object, at least 64; for
-	// that, Open raises the process's soft descriptor limit (RLIMIT_NOFILE) to its hard limit if
-	// it is lower. Stats().MaxOpenObjects says what was chosen, and Open logs it (event
-	// max_open_objects, at Info).
+	// what the descriptor limit allows (2 descriptors per object, its database and its log, an
+	// eighth of the limit kept for the rest of the process) and an eighth of memory at 384 KiB per
+	// object, at least 64; for that, Open raises the process's soft descriptor limit
+	// (RLIMIT_NOFILE) to its hard limit if it is lower. Stats().MaxOpenObjects says what was
+	// chosen, and Open logs it (event max_open_objects, at Info).
 	MaxOpenObjects int
 
 	// MaxBatch bounds the turns that share one group commit (default 1024).
