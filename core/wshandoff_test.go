@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -25,9 +26,10 @@ func recvOrFail(t *testing.T, c *websocket.Conn, d time.Duration, what string) s
 	return string(b)
 }
 
-// handOverRoom opens n1 holding a room that placement puts at n2, with alice at n1 and bob at n2;
-// n1 hands the room over to n2 once n2 has beaten for 2 LeaseTTL.
-func handOverRoom(t *testing.T, n1Calls func(replog.Calls) replog.Calls) (n1, n2 *chatNode, alice, bob *websocket.Conn) {
+// handOverRoom opens n1 holding a room that placement puts at n2, with members at both nodes in
+// turn (alice and carol at n1, bob and dave at n2); n1 hands the room over to n2 once n2 has beaten
+// for 2 LeaseTTL. It returns the members in the order they joined.
+func handOverRoom(t *testing.T, n1Calls func(replog.Calls) replog.Calls) (n1, n2 *chatNode, members []*websocket.Conn) {
 	t.Helper()
 	c := replogtest.NewMemCluster()
 	n1 = openChatNodeWith(t, c, "n1", n1Calls)
@@ -35,12 +37,12 @@ func handOverRoom(t *testing.T, n1Calls func(replog.Calls) replog.Calls) (n1, n2
 	// The edges look at their tables half-way between the placers' rounds: a hand-over (a placer's)
 	// is not followed in the same instant.
 	time.Sleep(clusterTTL / 16)
-	alice = n1.join(t, room, "alice") // the room runs at n1, alone
+	members = append(members, n1.join(t, room, "alice")) // the room runs at n1, alone
 	n2 = openChatNode(t, c, "n2")
-	bob = n2.join(t, room, "bob")
-	require.Equal(t, "who:alice,bob", roundTrip(t, bob, "who"))
+	members = append(members, n2.join(t, room, "bob"), n1.join(t, room, "carol"), n2.join(t, room, "dave"))
+	require.Equal(t, "who:alice,bob,carol,dave", roundTrip(t, members[1], "who"))
 	require.Zero(t, n2.rt.Stats().Cluster.HeldLeases, "the room runs at n1 until its hand-over")
-	return n1, n2, alice, bob
+	return n1, n2, members
 }
 
 // slowAdopt answers a call that hands connections' handles to another node a quarter LeaseTTL
@@ -70,13 +72,15 @@ func TestWebSocketRelay_HandOverMissesNoMessage(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				n1, n2, alice, bob := handOverRoom(t, tc.calls)
-				exchange := func(msg string) {
+				n1, n2, members := handOverRoom(t, tc.calls)
+				bob := members[1]
+				exchange := func(msg string) { // bob sends msg, every member receives it
 					t.Helper()
 					send(t, bob, msg)
 					want := `{"name":"bob"}:` + msg
-					require.Equal(t, want, recvOrFail(t, bob, 5*time.Second, "bob's own message "+msg))
-					require.Equal(t, want, recvOrFail(t, alice, 5*time.Second, "alice, on the old owner's node, missed message "+msg))
+					for i, m := range members {
+						require.Equal(t, want, recvOrFail(t, m, 5*time.Second, "member "+strconv.Itoa(i)+" missed message "+msg))
+					}
 				}
 				exchange("before")
 				// n2 is picked once it has beaten for 2 LeaseTTL; the edges follow within an eighth of one.
@@ -89,7 +93,7 @@ func TestWebSocketRelay_HandOverMissesNoMessage(t *testing.T) {
 				require.Zero(t, n1.rt.Stats().Cluster.HeldLeases)
 				time.Sleep(clusterTTL / 4) // the edges follow the room
 				exchange("later")
-				require.Equal(t, "who:alice,bob", roundTrip(t, alice, "who"), "the list kept its order")
+				require.Equal(t, "who:alice,bob,carol,dave", roundTrip(t, members[0], "who"), "the list kept its order")
 			})
 		})
 	}
@@ -110,9 +114,9 @@ func (c refuseAdopt) Send(ctx context.Context, node string, req []byte) ([]byte,
 // object sends before their edges register them there.
 func TestWebSocketRelay_HandOverUnhandedCloses(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n1, n2, alice, bob := handOverRoom(t, func(own replog.Calls) replog.Calls { return refuseAdopt{own} })
-		codes := make(chan int, 2)
-		for _, c := range []*websocket.Conn{alice, bob} {
+		n1, n2, members := handOverRoom(t, func(own replog.Calls) replog.Calls { return refuseAdopt{own} })
+		codes := make(chan int, len(members))
+		for _, c := range members {
 			go func() { // read meanwhile: over a pipe, the close frame waits for its reader
 				c.SetReadDeadline(time.Now().Add(4 * clusterTTL))
 				for {
@@ -129,7 +133,7 @@ func TestWebSocketRelay_HandOverUnhandedCloses(t *testing.T) {
 				}
 			}()
 		}
-		for range 2 {
+		for range members {
 			require.Equal(t, core.CloseServiceRestart, <-codes, "a connection the new owner was not given")
 		}
 		time.Sleep(clusterTTL / 4) // n2 hears the lease handed back, and takes it
