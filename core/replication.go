@@ -172,7 +172,7 @@ func (rt *Runtime) openReplication() error {
 		return nil
 	}
 	cfg := replica.Config{Node: r.Node, Advertise: r.Advertise, Log: r.Log, Leases: r.Leases, Beacon: r.Beacon, LeaseTTL: r.LeaseTTL,
-		SnapshotEvery: r.SnapshotEvery, Now: rt.now, Logger: rt.log, Evict: rt.evictShard, LocalFile: rt.localFile, Replaced: rt.forgetFile}
+		SnapshotEvery: r.SnapshotEvery, Now: rt.now, Logger: rt.log, Evict: rt.evictShard, HandOff: rt.handOff, LocalFile: rt.localFile, Replaced: rt.forgetFile}
 	cfg.LeaseTTL = r.leaseTTL()
 	orDefault(&cfg.SnapshotEvery, 1000)
 	n, err := replica.Start(cfg)

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -76,6 +77,17 @@ func (h *wsHub) add(ws *WebSocket, reader bool) error {
 		h.wg.Add(1) // for ws.read
 	}
 	return nil
+}
+
+// inOrder sorts wss, connections of one object, in the order its list holds them (the order
+// WebSockets returns); those unlisted meanwhile go last.
+func (h *wsHub) inOrder(wss []*WebSocket) []*WebSocket {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	slices.SortStableFunc(wss, func(a, b *WebSocket) int {
+		return cmp.Compare(uint(a.slot), uint(b.slot)) // -1 (unlisted) as the largest
+	})
+	return wss
 }
 
 // unlist removes ws from its object's list.

@@ -27,9 +27,12 @@ import (
 //   - "out", owner to edge: what the object's turns released (messages, closes) and attachment
 //     changes, for every connection of that edge, in order per connection, one call at a time per
 //     edge.
+//   - "adopt", owner to the next owner, as a hand-over hands the lease back: the handles of the
+//     object's connections, so that the next owner lists them before it runs a turn (wshandoff.go).
 //
 // When the object's shard moves (hand-over or takeover), each edge sees the new owner in its table
-// and registers its connections there; the old owner forgets its handles without closing them. An
+// and registers its connections there (after a hand-over, it finds them listed already); the old
+// owner forgets its handles without closing them. An
 // owner forgets the handles of an edge the membership declares dead, as closed with 1006 (the
 // client's TCP is gone with the edge). An edge that cannot reach an owner for wsOwnerGrace closes
 // the connection with CloseServiceRestart, and so does one whose messages' fate is unknown (the
@@ -195,6 +198,9 @@ func (r *wsRelay) serve(ctx context.Context, ns *namespace, w *wireCall) ([]byte
 	}
 	if err := validateName(w.Name); err != nil {
 		return nil, err
+	}
+	if w.WS.Op == "adopt" {
+		return r.serveAdopt(ns, w.Name, w.From, w.WS)
 	}
 	return r.serveIn(ctx, ns, w.Name, w.From, w.WS)
 }
@@ -382,7 +388,8 @@ func (r *wsRelay) watch() {
 		r.mu.Unlock()
 		for _, ws := range handles {
 			rc := ws.c.(*remoteConn)
-			if holder, _ := r.rt.cluster.Owner(r.rt.cluster.ShardOf(ws.ns.name, ws.name)); holder != "" {
+			shard := r.rt.cluster.ShardOf(ws.ns.name, ws.name)
+			if holder, _ := r.rt.cluster.Owner(shard); holder != "" && !r.rt.cluster.HandedHere(shard) {
 				rc.forget() // its edge registers it with holder
 			} else if rc.edge != r.node && !r.alive(rc.edge) {
 				r.edgeGone(rc.edge)

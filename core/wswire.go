@@ -13,7 +13,7 @@ import (
 
 // wireWS is a WebSocket's traffic in a call.
 type wireWS struct {
-	Op     string     `json:"op"`               // "in" or "out"
+	Op     string     `json:"op"`               // "in", "out" or "adopt"
 	Sock   string     `json:"sock,omitempty"`   // in: the connection
 	Record *wireSock  `json:"record,omitempty"` // in: register the connection with this owner
 	Frames []wireItem `json:"frames,omitempty"` // in: messages read, in order
@@ -21,6 +21,9 @@ type wireWS struct {
 	Resent bool       `json:"resent,omitempty"` // in: an owner lost before it answered may have delivered some of Frames
 	End    *wireEnd   `json:"end,omitempty"`    // in: how the connection ended (after Frames)
 	Items  []wireItem `json:"items,omitempty"`  // out: for the edge's connections, in order
+
+	// adopt: the handles of an object's connections, handed off to its next owner (wshandoff.go)
+	Adopt []wireAdopt `json:"adopt,omitempty"`
 }
 
 // wireSock is a connection's record: what an owner needs to list it.

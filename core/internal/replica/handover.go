@@ -16,8 +16,10 @@ import (
 //     pick, so that the other nodes refuse in the pick's name and the pick waits for the shard
 //     instead of refusing;
 //   - turns under way finish and commit; the runtime closes the shard's objects as they fall idle;
-//   - the last one closed hands the lease back (Delete), and this node beats at once: the pick,
-//     hearing that the lease was handed back, takes it at once (a free lease needs no TTL wait);
+//   - the last one closed hands the lease back (Delete), after Config.HandOff gave the pick what
+//     the runtime keeps of the shard's objects beside their logs (WebSocket handles), and this
+//     node beats at once: the pick, hearing that the lease was handed back, takes it at once (a
+//     free lease needs no TTL wait);
 //   - a hand-over whose objects do not fall idle within handOverGiveUp LeaseTTL is given up (the
 //     shard is served here again) and not tried again for handOverBackoff LeaseTTL.
 // The leases alone decide who may write: a hand-over that goes wrong (a beat lost, a pick that
@@ -147,9 +149,15 @@ func (n *Node) rebalance() {
 // handBack hands back the lease of a shard under hand-over whose last object closed, and beats, so
 // that the pick takes it at once. The lease is out of n.held already.
 func (n *Node) handBack(l *lease) error {
-	err := n.release(l)
 	n.mu.Lock()
 	h := n.handing[l.shard]
+	n.mu.Unlock()
+	if h != nil && n.cfg.HandOff != nil {
+		n.cfg.HandOff(l.shard, h.to)
+	}
+	err := n.release(l)
+	n.mu.Lock()
+	h = n.handing[l.shard]
 	if h != nil && err == nil {
 		h.released = n.cfg.Now()
 	}
@@ -158,6 +166,17 @@ func (n *Node) handBack(l *lease) error {
 		n.beat(false)
 	}
 	return err
+}
+
+// HandedHere reports whether a live node hands shard over to this node and this node does not
+// hold it yet: what that node hands off (Config.HandOff) is for this node to keep.
+func (n *Node) HandedHere(shard int) bool {
+	now := n.cfg.Now()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	_, to := n.handedBy(shard, now)
+	_, mine := n.held[shard]
+	return to == n.cfg.Node && !mine
 }
 
 // handingTo names the node shard is handed to, if this node hands it over; "" otherwise.

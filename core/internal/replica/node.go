@@ -43,6 +43,11 @@ type Config struct {
 	// Evict closes the resident objects of shard that are idle, for a hand-over (handover.go): the
 	// last one closed hands the lease back. The placer calls it; nil closes none.
 	Evict func(shard int)
+	// HandOff is called as a hand-over (handover.go) is about to hand shard's lease back to the
+	// pick, the node named to, before it does: the runtime gives the pick what it keeps of the
+	// shard's objects beside their logs (the handles of WebSockets other nodes hold), so that the
+	// pick has it before it may run a turn of them. Nil gives nothing.
+	HandOff func(shard int, to string)
 	// LocalFile returns the path of the local file of the object ns/name on this node, for a warm
 	// catch-up (warm.go); "" if its namespace is not served here. Nil keeps no file warm.
 	LocalFile func(ns, name string) string
