@@ -149,16 +149,37 @@ func TestRoom_ClusterOwnerLost(t *testing.T) {
 		sendAll(round, 300) // through the takeover: 3 s and more
 	}
 	sendAll(rounds, 20)
-	time.Sleep(2 * time.Second) // the last messages reach the followers
+	time.Sleep(2 * time.Second) // the last acknowledgements reach their writers
 
-	maxAcked := int64(0)
-	for _, w := range writers {
-		w.mu.Lock()
-		for _, off := range w.acked {
-			maxAcked = max(maxAcked, off)
+	acked := func() int64 {
+		m := int64(0)
+		for _, w := range writers {
+			w.mu.Lock()
+			for _, off := range w.acked {
+				m = max(m, off)
+			}
+			w.mu.Unlock()
 		}
-		w.mu.Unlock()
+		return m
 	}
+	// The last messages reach the followers. A follower refused while the room had no owner dials
+	// again after a pause that grows to 5 s (Follow's backoff), then catches up from its last
+	// offset: wait for that, for a bound well past it.
+	caughtUp := func(maxAcked int64) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for n := range live {
+			ds := followed["f-"+n.name]
+			if len(ds) == 0 || ds[len(ds)-1].Offset < maxAcked {
+				return false
+			}
+		}
+		return true
+	}
+	for deadline := time.Now().Add(30 * time.Second); !caughtUp(acked()) && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+	}
+	maxAcked := acked()
 	for n, w := range live {
 		w.mu.Lock()
 		require.NoError(t, w.closed, "the writer at %s, a surviving node, stayed connected", n.name)
@@ -183,14 +204,14 @@ func TestRoom_ClusterOwnerLost(t *testing.T) {
 		ds := followed["f-"+n.name]
 		require.GreaterOrEqual(t, ds[len(ds)-1].Offset, maxAcked, "the follower at %s has every acknowledged message", n.name)
 	}
-	acked := 0
+	nAcked := 0
 	for _, w := range writers {
 		w.mu.Lock()
 		for msg, off := range w.acked {
 			require.Equal(t, msg, byOffset[off], "acknowledged %q at offset %d", msg, off)
-			acked++
+			nAcked++
 		}
 		w.mu.Unlock()
 	}
-	t.Logf("%d messages acknowledged, offsets up to %d, %d rounds", acked, maxAcked, rounds)
+	t.Logf("%d messages acknowledged, offsets up to %d, %d rounds", nAcked, maxAcked, rounds)
 }
