@@ -2,6 +2,7 @@ package core_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -371,6 +372,70 @@ func TestClusterNoHandOverWhileTheShardHasNoLeader(t *testing.T) {
 			require.Less(t, time.Since(start), 4*clusterTTL, "never handed over once the stream answered")
 		}
 		v, err := n2.get(name, "k")
+		require.NoError(t, err)
+		require.Equal(t, "v", v)
+	})
+}
+
+// lostPuts is a node's leases whose next Put, once armed, gets no answer until its context ends
+// (or the test ends: free), as a renewal sent to a stream's leader as it is killed does.
+type lostPuts struct {
+	replog.Leases
+	lose atomic.Int32
+	free chan struct{}
+}
+
+func (l *lostPuts) Put(ctx context.Context, shard int, value []byte, rev uint64) (uint64, error) {
+	if l.lose.Add(-1) >= 0 {
+		select {
+		case <-ctx.Done():
+		case <-l.free:
+		}
+		return 0, fmt.Errorf("no answer: %w (%v)", replog.ErrUnknown, ctx.Err())
+	}
+	return l.Leases.Put(ctx, shard, value, rev)
+}
+
+// S-CL4, S-CL12: a renewal that gets no answer (sent to a stream's leader as it died) is given up
+// after 2 LeaseTTL, not after the 10 s of an operation, and the next one, sent afresh, proves the
+// lease again: the node's beats name the shard again, and the other nodes' tables name it its
+// owner, within 2 LeaseTTL and a renewal round. The object's shard is node 1's by placement: one
+// of node 2's would be handed over to it as soon as the lease is proven again (S-CL12), and the
+// table would name node 2 instead.
+func TestClusterLostRenewalGivenUpWithinTwoLeaseTTL(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const ttl = time.Second // the default: 2 LeaseTTL well under an operation's 10 s
+		c := replogtest.NewMemCluster()
+		var lost *lostPuts
+		n1 := openNode(t, c, "n1", func(o *core.Options) {
+			lost = &lostPuts{Leases: o.Replication.Leases, free: make(chan struct{})}
+			o.Replication.Leases = lost
+			o.Replication.LeaseTTL = ttl
+			o.IdleTimeout = time.Hour // resident throughout: its lease stays held
+		})
+		defer n1.rt.Close()
+		n2 := openNode(t, c, "n2", func(o *core.Options) { o.Replication.LeaseTTL = ttl })
+		defer n2.rt.Close()
+		// Should the test fail while the renewal waits, node 1's Close must not wait for it: a
+		// goroutine waiting for the renewal's lock would keep the bubble's clock from moving.
+		defer close(lost.free)
+		time.Sleep(ttl)
+		name := placedAt(c, "n1", []string{"n1", "n2"}, 1)[0]
+		require.NoError(t, n1.put(name, "k", "v"))
+		shard := c.ShardOf("kv/" + name)
+		synctest.Wait()
+		armed := time.Now()
+		lost.lose.Store(1) // the next renewal gets no answer
+		time.Sleep(ttl)
+		require.Empty(t, n2.rt.Stats().Cluster.Owners[shard], "the lease cannot be proven: node 1's beats do not name it")
+		// The lost renewal is sent at the first round after arming (a quarter LeaseTTL), given up 2
+		// LeaseTTL later, and the next is sent at that round or the one after, and beats at once:
+		// 2.5 LeaseTTL and a poll at most, against the 10 s an operation may take.
+		for n2.rt.Stats().Cluster.Owners[shard] != "n1" {
+			time.Sleep(ttl / 16)
+			require.LessOrEqual(t, time.Since(armed), 3*ttl, "the lost renewal is given up after 2 LeaseTTL, and the next renews the lease")
+		}
+		v, err := n1.get(name, "k")
 		require.NoError(t, err)
 		require.Equal(t, "v", v)
 	})
