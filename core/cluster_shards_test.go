@@ -241,15 +241,20 @@ func TestClusterShutdownCommitsBeforeHandingBack(t *testing.T) {
 	})
 }
 
-// slowGets is a node's leases whose every Get takes delay once armed, as a read through a stream
-// that elects a new leader does.
+// slowGets is a node's leases whose every Get of shard's lease takes delay once armed, as a read
+// through a stream that elects a new leader does. The other shards' streams answer at once: were
+// every read slow, the node would rightly turn unready (its engine not answering within LeaseTTL)
+// and take no dead node's shard until a read came back.
 type slowGets struct {
 	replog.Leases
+	shard atomic.Int64
 	delay atomic.Int64
 }
 
 func (l *slowGets) Get(ctx context.Context, shard int) (uint64, []byte, error) {
-	time.Sleep(time.Duration(l.delay.Load()))
+	if int64(shard) == l.shard.Load() {
+		time.Sleep(time.Duration(l.delay.Load()))
+	}
 	return l.Leases.Get(ctx, shard)
 }
 
@@ -268,10 +273,16 @@ func TestClusterSlowTakeoverReadCountsFromTheLastRenewal(t *testing.T) {
 		})
 		defer n2.rt.Close()
 		time.Sleep(3 * clusterTTL) // settled
-		name := placedAt(c, "n1", []string{"n1", "n2"}, 1)[0]
+		var name string
+		for _, name = range placedAt(c, "n1", []string{"n1", "n2"}, 8) {
+			if c.ShardOf("kv/"+name) != 0 { // node 2, holding nothing, learns from shard 0 that its engine answers
+				break
+			}
+		}
 		require.NoError(t, n1.put(name, "k", "v"))
 
 		const delay = 6 * time.Second // the survivor forgets a lease unheard for 2 LeaseTTL (8 s)
+		slow.shard.Store(int64(c.ShardOf("kv/" + name)))
 		slow.delay.Store(int64(delay))
 		synctest.Wait()         // node 1's last renewal round has beaten: node 2 knows its revision
 		n1.view.CutBeacon(true) // node 1 dies
