@@ -451,3 +451,130 @@ func TestClusterLostRenewalGivenUpWithinTwoLeaseTTL(t *testing.T) {
 		require.Equal(t, "v", v)
 	})
 }
+
+// S-CL4, S-CL12: a dead node's shard whose stream elects a leader for longer than a read of the
+// lease may wait (and than a survivor remembers a lease it no longer hears of) is still a dead
+// node's shard when the stream answers: the survivor takes it over then, without a call, and with
+// no second LeaseTTL to wait.
+func TestClusterDeadNodesLeaseRememberedThroughALongElection(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := replogtest.NewMemCluster()
+		n1 := openNode(t, c, "n1")
+		n2 := openNode(t, c, "n2")
+		defer n2.rt.Close()
+		time.Sleep(3 * clusterTTL) // settled
+		name := placedAt(c, "n1", []string{"n1", "n2"}, 1)[0]
+		shard := c.ShardOf("kv/" + name)
+		require.NoError(t, n1.put(name, "k", "v"))
+		synctest.Wait()
+		n1.view.CutBeacon(true) // node 1 dies, and the shard's stream elects a leader for long
+		n1.view.CutLeases(true)
+		n1.view.CutLog(true)
+		c.HoldShard(shard, true)
+		time.Sleep(8 * clusterTTL) // past a read's bound (10 s) and past 2 LeaseTTL of memory
+		require.Zero(t, n2.rt.Stats().Cluster.HeldLeases, "not taken while the stream has no leader")
+
+		c.HoldShard(shard, false) // elected
+		time.Sleep(clusterTTL / 4)
+		require.Equal(t, int64(1), n2.rt.Stats().Cluster.HeldLeases, "taken over as the stream answers, without a call")
+		start := time.Now()
+		v, err := n2.get(name, "k")
+		require.NoError(t, err)
+		require.Equal(t, "v", v)
+		require.Zero(t, time.Since(start), "served at once")
+		n1.rt.Close()
+	})
+}
+
+// S-CL12: a node that holds nothing learns that its engine answers from any shard's lease: one
+// shard's stream electing a leader does not make it unready.
+func TestClusterReadyWhileAShardElects(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := replogtest.NewMemCluster()
+		n := openNode(t, c, "n1")
+		defer n.rt.Close()
+		time.Sleep(clusterTTL)
+		require.NoError(t, n.rt.Stats().Cluster.Ready)
+		for shard := range 3 { // the shard the node reads (0 at first), and then another
+			c.HoldShard(shard, true)
+			time.Sleep(2 * clusterTTL)
+			require.NoError(t, n.rt.Stats().Cluster.Ready, "ready while shard %d elects", shard)
+			c.HoldShard(shard, false)
+		}
+		for shard := range replogtest.MemShards {
+			c.HoldShard(shard, true)
+		}
+		time.Sleep(2 * clusterTTL)
+		require.Error(t, n.rt.Stats().Cluster.Ready, "not ready while no shard answers")
+		for shard := range replogtest.MemShards {
+			c.HoldShard(shard, false)
+		}
+		time.Sleep(clusterTTL / 2)
+		require.NoError(t, n.rt.Stats().Cluster.Ready)
+	})
+}
+
+// S-CL12: a node whose own shards' streams all elect leaders (its renewals wait) stays ready while
+// the engine's other streams answer, so that it may take a dead node's shards over meanwhile:
+// here both survivors' streams elect while the third node dies, and its shard, whose stream
+// answers, is taken over within 1.5 LeaseTTL all the same.
+func TestClusterReadyWhileItsOwnShardsElect(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := replogtest.NewMemCluster()
+		nodes := map[string]*node{}
+		all := []string{"n1", "n2", "n3"}
+		for _, name := range all {
+			nodes[name] = openNode(t, c, name, func(o *core.Options) {
+				o.IdleTimeout = time.Hour // resident throughout: their leases stay held
+			})
+			defer nodes[name].rt.Close()
+		}
+		time.Sleep(3 * clusterTTL) // settled
+		// An object of each node's, in a shard that node keeps.
+		objs, shards := map[string]string{}, map[string]int{}
+		taken := map[int]bool{}
+		for _, name := range all {
+			for _, o := range placedAt(c, name, all, 40) {
+				if s := c.ShardOf("kv/" + o); !taken[s] {
+					objs[name], shards[name], taken[s] = o, s, true
+					break
+				}
+			}
+			require.NoError(t, nodes[name].put(objs[name], "k", "v"))
+		}
+		synctest.Wait()
+		c.HoldShard(shards["n2"], true) // the survivors' own streams elect leaders
+		c.HoldShard(shards["n3"], true)
+		defer c.HoldShard(shards["n2"], false) // before the nodes close, should the test fail
+		defer c.HoldShard(shards["n3"], false)
+		time.Sleep(2 * clusterTTL)
+		for _, name := range []string{"n2", "n3"} {
+			require.NoError(t, nodes[name].rt.Stats().Cluster.Ready, "%s is ready while its own shard's stream elects", name)
+			require.Equal(t, int64(1), nodes[name].rt.Stats().Cluster.HeldLeases)
+		}
+		// Node 1's renewal round of this instant has beaten: had it renewed and died before its
+		// beat, the survivors would time the lease from their read of the new revision, a LeaseTTL
+		// later (S-CL4).
+		synctest.Wait()
+		n1 := nodes["n1"] // dies
+		n1.view.CutBeacon(true)
+		n1.view.CutLeases(true)
+		n1.view.CutLog(true)
+		time.Sleep(clusterTTL + clusterTTL/2)
+		require.Equal(t, int64(3), nodes["n2"].rt.Stats().Cluster.HeldLeases+nodes["n3"].rt.Stats().Cluster.HeldLeases,
+			"node 1's shard is taken over while the survivors' own streams elect")
+		c.HoldShard(shards["n2"], false)
+		c.HoldShard(shards["n3"], false)
+		for _, name := range all {
+			v, err := nodes["n2"].get(objs[name], "k")
+			if err != nil {
+				var noe *core.NotOwnerError
+				require.ErrorAs(t, err, &noe)
+				require.Equal(t, "n3", noe.Holder)
+				v, err = nodes["n3"].get(objs[name], "k")
+			}
+			require.NoError(t, err)
+			require.Equal(t, "v", v)
+		}
+	})
+}
