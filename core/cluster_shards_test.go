@@ -2,6 +2,7 @@ package core_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -240,15 +241,20 @@ func TestClusterShutdownCommitsBeforeHandingBack(t *testing.T) {
 	})
 }
 
-// slowGets is a node's leases whose every Get takes delay once armed, as a read through a stream
-// that elects a new leader does.
+// slowGets is a node's leases whose every Get of shard's lease takes delay once armed, as a read
+// through a stream that elects a new leader does. The other shards' streams answer at once: were
+// every read slow, the node would rightly turn unready (its engine not answering within LeaseTTL)
+// and take no dead node's shard until a read came back.
 type slowGets struct {
 	replog.Leases
+	shard atomic.Int64
 	delay atomic.Int64
 }
 
 func (l *slowGets) Get(ctx context.Context, shard int) (uint64, []byte, error) {
-	time.Sleep(time.Duration(l.delay.Load()))
+	if int64(shard) == l.shard.Load() {
+		time.Sleep(time.Duration(l.delay.Load()))
+	}
 	return l.Leases.Get(ctx, shard)
 }
 
@@ -267,10 +273,16 @@ func TestClusterSlowTakeoverReadCountsFromTheLastRenewal(t *testing.T) {
 		})
 		defer n2.rt.Close()
 		time.Sleep(3 * clusterTTL) // settled
-		name := placedAt(c, "n1", []string{"n1", "n2"}, 1)[0]
+		var name string
+		for _, name = range placedAt(c, "n1", []string{"n1", "n2"}, 8) {
+			if c.ShardOf("kv/"+name) != 0 { // node 2, holding nothing, learns from shard 0 that its engine answers
+				break
+			}
+		}
 		require.NoError(t, n1.put(name, "k", "v"))
 
 		const delay = 6 * time.Second // the survivor forgets a lease unheard for 2 LeaseTTL (8 s)
+		slow.shard.Store(int64(c.ShardOf("kv/" + name)))
 		slow.delay.Store(int64(delay))
 		synctest.Wait()         // node 1's last renewal round has beaten: node 2 knows its revision
 		n1.view.CutBeacon(true) // node 1 dies
@@ -373,5 +385,196 @@ func TestClusterNoHandOverWhileTheShardHasNoLeader(t *testing.T) {
 		v, err := n2.get(name, "k")
 		require.NoError(t, err)
 		require.Equal(t, "v", v)
+	})
+}
+
+// lostPuts is a node's leases whose next Put, once armed, gets no answer until its context ends
+// (or the test ends: free), as a renewal sent to a stream's leader as it is killed does.
+type lostPuts struct {
+	replog.Leases
+	lose atomic.Int32
+	free chan struct{}
+}
+
+func (l *lostPuts) Put(ctx context.Context, shard int, value []byte, rev uint64) (uint64, error) {
+	if l.lose.Add(-1) >= 0 {
+		select {
+		case <-ctx.Done():
+		case <-l.free:
+		}
+		return 0, fmt.Errorf("no answer: %w (%v)", replog.ErrUnknown, ctx.Err())
+	}
+	return l.Leases.Put(ctx, shard, value, rev)
+}
+
+// S-CL4, S-CL12: a renewal that gets no answer (sent to a stream's leader as it died) is given up
+// after 2 LeaseTTL, not after the 10 s of an operation, and the next one, sent afresh, proves the
+// lease again: the node's beats name the shard again, and the other nodes' tables name it its
+// owner, within 2 LeaseTTL and a renewal round. The object's shard is node 1's by placement: one
+// of node 2's would be handed over to it as soon as the lease is proven again (S-CL12), and the
+// table would name node 2 instead.
+func TestClusterLostRenewalGivenUpWithinTwoLeaseTTL(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const ttl = time.Second // the default: 2 LeaseTTL well under an operation's 10 s
+		c := replogtest.NewMemCluster()
+		var lost *lostPuts
+		n1 := openNode(t, c, "n1", func(o *core.Options) {
+			lost = &lostPuts{Leases: o.Replication.Leases, free: make(chan struct{})}
+			o.Replication.Leases = lost
+			o.Replication.LeaseTTL = ttl
+			o.IdleTimeout = time.Hour // resident throughout: its lease stays held
+		})
+		defer n1.rt.Close()
+		n2 := openNode(t, c, "n2", func(o *core.Options) { o.Replication.LeaseTTL = ttl })
+		defer n2.rt.Close()
+		// Should the test fail while the renewal waits, node 1's Close must not wait for it: a
+		// goroutine waiting for the renewal's lock would keep the bubble's clock from moving.
+		defer close(lost.free)
+		time.Sleep(ttl)
+		name := placedAt(c, "n1", []string{"n1", "n2"}, 1)[0]
+		require.NoError(t, n1.put(name, "k", "v"))
+		shard := c.ShardOf("kv/" + name)
+		synctest.Wait()
+		armed := time.Now()
+		lost.lose.Store(1) // the next renewal gets no answer
+		time.Sleep(ttl)
+		require.Empty(t, n2.rt.Stats().Cluster.Owners[shard], "the lease cannot be proven: node 1's beats do not name it")
+		// The lost renewal is sent at the first round after arming (a quarter LeaseTTL), given up 2
+		// LeaseTTL later, and the next is sent at that round or the one after, and beats at once:
+		// 2.5 LeaseTTL and a poll at most, against the 10 s an operation may take.
+		for n2.rt.Stats().Cluster.Owners[shard] != "n1" {
+			time.Sleep(ttl / 16)
+			require.LessOrEqual(t, time.Since(armed), 3*ttl, "the lost renewal is given up after 2 LeaseTTL, and the next renews the lease")
+		}
+		v, err := n1.get(name, "k")
+		require.NoError(t, err)
+		require.Equal(t, "v", v)
+	})
+}
+
+// S-CL4, S-CL12: a dead node's shard whose stream elects a leader for longer than a read of the
+// lease may wait (and than a survivor remembers a lease it no longer hears of) is still a dead
+// node's shard when the stream answers: the survivor takes it over then, without a call, and with
+// no second LeaseTTL to wait.
+func TestClusterDeadNodesLeaseRememberedThroughALongElection(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := replogtest.NewMemCluster()
+		n1 := openNode(t, c, "n1")
+		n2 := openNode(t, c, "n2")
+		defer n2.rt.Close()
+		time.Sleep(3 * clusterTTL) // settled
+		name := placedAt(c, "n1", []string{"n1", "n2"}, 1)[0]
+		shard := c.ShardOf("kv/" + name)
+		require.NoError(t, n1.put(name, "k", "v"))
+		synctest.Wait()
+		n1.view.CutBeacon(true) // node 1 dies, and the shard's stream elects a leader for long
+		n1.view.CutLeases(true)
+		n1.view.CutLog(true)
+		c.HoldShard(shard, true)
+		time.Sleep(8 * clusterTTL) // past a read's bound (10 s) and past 2 LeaseTTL of memory
+		require.Zero(t, n2.rt.Stats().Cluster.HeldLeases, "not taken while the stream has no leader")
+
+		c.HoldShard(shard, false) // elected
+		time.Sleep(clusterTTL / 4)
+		require.Equal(t, int64(1), n2.rt.Stats().Cluster.HeldLeases, "taken over as the stream answers, without a call")
+		start := time.Now()
+		v, err := n2.get(name, "k")
+		require.NoError(t, err)
+		require.Equal(t, "v", v)
+		require.Zero(t, time.Since(start), "served at once")
+		n1.rt.Close()
+	})
+}
+
+// S-CL12: a node that holds nothing learns that its engine answers from any shard's lease: one
+// shard's stream electing a leader does not make it unready.
+func TestClusterReadyWhileAShardElects(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := replogtest.NewMemCluster()
+		n := openNode(t, c, "n1")
+		defer n.rt.Close()
+		time.Sleep(clusterTTL)
+		require.NoError(t, n.rt.Stats().Cluster.Ready)
+		for shard := range 3 { // the shard the node reads (0 at first), and then another
+			c.HoldShard(shard, true)
+			time.Sleep(2 * clusterTTL)
+			require.NoError(t, n.rt.Stats().Cluster.Ready, "ready while shard %d elects", shard)
+			c.HoldShard(shard, false)
+		}
+		for shard := range replogtest.MemShards {
+			c.HoldShard(shard, true)
+		}
+		time.Sleep(2 * clusterTTL)
+		require.Error(t, n.rt.Stats().Cluster.Ready, "not ready while no shard answers")
+		for shard := range replogtest.MemShards {
+			c.HoldShard(shard, false)
+		}
+		time.Sleep(clusterTTL / 2)
+		require.NoError(t, n.rt.Stats().Cluster.Ready)
+	})
+}
+
+// S-CL12: a node whose own shards' streams all elect leaders (its renewals wait) stays ready while
+// the engine's other streams answer, so that it may take a dead node's shards over meanwhile:
+// here both survivors' streams elect while the third node dies, and its shard, whose stream
+// answers, is taken over within 1.5 LeaseTTL all the same.
+func TestClusterReadyWhileItsOwnShardsElect(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := replogtest.NewMemCluster()
+		nodes := map[string]*node{}
+		all := []string{"n1", "n2", "n3"}
+		for _, name := range all {
+			nodes[name] = openNode(t, c, name, func(o *core.Options) {
+				o.IdleTimeout = time.Hour // resident throughout: their leases stay held
+			})
+			defer nodes[name].rt.Close()
+		}
+		time.Sleep(3 * clusterTTL) // settled
+		// An object of each node's, in a shard that node keeps.
+		objs, shards := map[string]string{}, map[string]int{}
+		taken := map[int]bool{}
+		for _, name := range all {
+			for _, o := range placedAt(c, name, all, 40) {
+				if s := c.ShardOf("kv/" + o); !taken[s] {
+					objs[name], shards[name], taken[s] = o, s, true
+					break
+				}
+			}
+			require.NoError(t, nodes[name].put(objs[name], "k", "v"))
+		}
+		synctest.Wait()
+		c.HoldShard(shards["n2"], true) // the survivors' own streams elect leaders
+		c.HoldShard(shards["n3"], true)
+		defer c.HoldShard(shards["n2"], false) // before the nodes close, should the test fail
+		defer c.HoldShard(shards["n3"], false)
+		time.Sleep(2 * clusterTTL)
+		for _, name := range []string{"n2", "n3"} {
+			require.NoError(t, nodes[name].rt.Stats().Cluster.Ready, "%s is ready while its own shard's stream elects", name)
+			require.Equal(t, int64(1), nodes[name].rt.Stats().Cluster.HeldLeases)
+		}
+		// Node 1's renewal round of this instant has beaten: had it renewed and died before its
+		// beat, the survivors would time the lease from their read of the new revision, a LeaseTTL
+		// later (S-CL4).
+		synctest.Wait()
+		n1 := nodes["n1"] // dies
+		n1.view.CutBeacon(true)
+		n1.view.CutLeases(true)
+		n1.view.CutLog(true)
+		time.Sleep(clusterTTL + clusterTTL/2)
+		require.Equal(t, int64(3), nodes["n2"].rt.Stats().Cluster.HeldLeases+nodes["n3"].rt.Stats().Cluster.HeldLeases,
+			"node 1's shard is taken over while the survivors' own streams elect")
+		c.HoldShard(shards["n2"], false)
+		c.HoldShard(shards["n3"], false)
+		for _, name := range all {
+			v, err := nodes["n2"].get(objs[name], "k")
+			if err != nil {
+				var noe *core.NotOwnerError
+				require.ErrorAs(t, err, &noe)
+				require.Equal(t, "n3", noe.Holder)
+				v, err = nodes["n3"].get(objs[name], "k")
+			}
+			require.NoError(t, err)
+			require.Equal(t, "v", v)
+		}
 	})
 }

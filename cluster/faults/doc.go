@@ -99,7 +99,8 @@
 // object's first acknowledged write whose attempt began after it:
 //
 //	a      SIGKILL an owner that leads no raft group (its raft leaderships handed over first)
-//	b      SIGKILL a node that leads raft groups (owning as few objects as any node does)
+//	b      SIGKILL a node that leads raft groups (owning as few objects as any node does), not the meta leader
+//	bmeta  SIGKILL the JetStream meta leader, moved first to a node owning as few objects as any
 //	c      SIGKILL an owner that leads raft groups
 //	cmeta  SIGKILL the JetStream meta leader
 //	d      SIGKILL an owner, delete its directory, start it again under its name (a replaced machine)
@@ -121,7 +122,7 @@
 // minutes on a 2-core machine; run a few at a time:
 //
 //	go test -tags faults ./cluster/faults -run TestFailover -v -failover.scenario=a,b,c -timeout 20m
-//	go test -tags faults ./cluster/faults -run TestFailover -v -failover.scenario=cmeta,d -timeout 20m
+//	go test -tags faults ./cluster/faults -run TestFailover -v -failover.scenario=bmeta,cmeta,d -timeout 20m
 //	go test -tags faults ./cluster/faults -run TestFailover -v -failover.scenario=e,f -timeout 20m
 //	go test -tags faults ./cluster/faults -run TestFailover -v -failover.kills=2 -failover.bounds=false
 //

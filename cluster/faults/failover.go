@@ -14,6 +14,7 @@ import (
 const (
 	ScenarioNoLeader = "a"     // SIGKILL an owner that leads no raft group (its leaderships handed over first)
 	ScenarioLeader   = "b"     // SIGKILL a node that leads raft groups, owning as few objects as there are
+	ScenarioMetaOnly = "bmeta" // SIGKILL the JetStream meta leader, moved first to a node owning as few objects as there are
 	ScenarioBoth     = "c"     // SIGKILL an owner that leads raft groups
 	ScenarioMeta     = "cmeta" // SIGKILL the JetStream meta leader
 	ScenarioReplaced = "d"     // SIGKILL an owner, delete its directory, start it again under its name
@@ -22,7 +23,7 @@ const (
 )
 
 // Scenarios are every scenario, in the order they run.
-var Scenarios = []string{ScenarioNoLeader, ScenarioLeader, ScenarioBoth, ScenarioMeta, ScenarioReplaced, ScenarioAll, ScenarioDrain}
+var Scenarios = []string{ScenarioNoLeader, ScenarioLeader, ScenarioMetaOnly, ScenarioBoth, ScenarioMeta, ScenarioReplaced, ScenarioAll, ScenarioDrain}
 
 // FailoverConfig configures RunFailover.
 type FailoverConfig struct {

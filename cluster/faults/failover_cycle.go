@@ -86,8 +86,11 @@ func (f *failover) pick(s string, v clusterView) (victim, short string) {
 			c.wanted = c.owns > 0 // its leaderships are handed over next
 			c.score = c.owns - 10*c.leads - 100*b2i(c.meta)
 		case ScenarioLeader:
-			c.wanted = c.leads > 0 && c.owns == 0
-			c.score = 1000*b2i(c.leads > 0) + c.leads - 10*c.owns - 5*b2i(c.meta)
+			c.wanted = c.leads > 0 && c.owns == 0 && !c.meta
+			c.score = 1000*b2i(c.leads > 0) + c.leads - 10*c.owns - 100*b2i(c.meta)
+		case ScenarioMetaOnly:
+			c.wanted = c.meta && c.owns == 0
+			c.score = 1000*b2i(c.meta) - 10*c.owns
 		case ScenarioBoth, ScenarioDrain:
 			c.wanted = c.leads > 0 && c.owns > 0 && !c.meta
 			c.score = 1000*b2i(c.leads > 0 && c.owns > 0) + min(c.leads, c.owns) - 100*b2i(c.meta)
@@ -133,6 +136,32 @@ func (f *failover) stepDown(node string, v clusterView) clusterView {
 	return v
 }
 
+// moveMeta moves the JetStream meta leadership to a node that owns as few objects as any (within
+// 30 s): the meta leader, if it is not one, is asked to hand its leaderships over (POST
+// /handover), which gives the meta group to another node at random, until one such leads it. It
+// returns the view after.
+func (f *failover) moveMeta(v clusterView) clusterView {
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		fewest := len(f.keys)
+		for _, name := range f.names {
+			fewest = min(fewest, v.owns(name))
+		}
+		if v.meta != "" && v.owns(v.meta) == fewest {
+			return v
+		}
+		if v.meta != "" {
+			url := fmt.Sprintf("http://127.0.0.1:%d/handover", f.proc(v.meta).spec.ServePort)
+			if resp, err := f.hc.Post(url, "", nil); err == nil {
+				resp.Body.Close()
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+		v = f.view()
+	}
+	return v
+}
+
 // cycle is one kill of scenario s: it waits for a ready cluster that serves every object, loses a
 // node as s says, measures every object's time to its first acknowledged write after the loss,
 // and starts the node again.
@@ -141,6 +170,11 @@ func (f *failover) cycle(s string, k int) {
 	f.settle()
 	v := f.view()
 	victim, short := "", ""
+	if s == ScenarioMetaOnly {
+		v = f.moveMeta(v)
+		f.settle()
+		v = f.view()
+	}
 	if s != ScenarioAll {
 		victim, short = f.pick(s, v)
 		if s == ScenarioNoLeader {

@@ -35,10 +35,15 @@ func TestFailoverReport(t *testing.T) {
 	}
 
 	rep.Samples = append(rep.Samples, s("a", "owner", 2, 1600*time.Millisecond, 0), Sample{Scenario: "e", Class: "all", Took: time.Minute})
+	rep.Samples = append(rep.Samples, // bmeta: the meta leader lost; its groups' objects, others', and its own
+		s("bmeta", "group", 0, 7*time.Second, 5500*time.Millisecond),
+		s("bmeta", "other", 0, 1200*time.Millisecond, 5500*time.Millisecond),
+		s("bmeta", "both+meta", 0, 7100*time.Millisecond, 5500*time.Millisecond))
 	rep.Failed["f"] = 1
 	rep.Anomalies = []string{"an acknowledged write was lost"}
 	m := strings.Join(rep.Misses(), "\n")
-	for _, want := range []string{"broken promise", "scenario a, class owner: p99 1.6s > 1.5s", "scenario e, class all: 1 objects not served", "scenario e, class all: max 1m0s > 15s", "scenario f: 1 calls failed"} {
+	for _, want := range []string{"broken promise", "scenario bmeta, class group: p99 less the election 1.5s > 1s",
+		"scenario bmeta, class other: p99 1.2s > 1s", "scenario bmeta, class both+meta: p99 less the election 1.6s > 1.5s", "scenario a, class owner: p99 1.6s > 1.5s", "scenario e, class all: 1 objects not served", "scenario e, class all: max 1m0s > 15s", "scenario f: 1 calls failed"} {
 		if !strings.Contains(m, want) {
 			t.Errorf("misses:\n%s\nwant %q", m, want)
 		}

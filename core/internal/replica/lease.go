@@ -2,6 +2,7 @@ package replica
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -86,7 +87,7 @@ func (n *Node) renew(l *lease) error {
 	rev, value := l.rev, l.value
 	l.mu.Unlock()
 	start := n.cfg.Now()
-	ctx, cancel := opCtx()
+	ctx, cancel := context.WithTimeout(context.Background(), n.renewTimeout())
 	defer cancel()
 	nrev, err := n.cfg.Leases.Put(ctx, l.shard, value, rev)
 	if err != nil {
@@ -118,6 +119,14 @@ func (n *Node) renew(l *lease) error {
 		return fmt.Errorf("core: renew the lease of shard %d: %w", l.shard, err)
 	}
 }
+
+// renewTimeout bounds one renewal: 2 LeaseTTL (opTimeout at most). A renewal that takes longer
+// proves nothing (the lease is valid for LeaseTTL less the margin from the renewal's start), and
+// one sent as its stream lost its leader may get no answer at all: it is given up, and the next
+// one, sent afresh, reaches the new leader as soon as there is one, instead of the shard's turns
+// waiting out opTimeout behind it. An outcome that stayed unknown costs nothing: the next renewal
+// finds this node's value at the new revision and renews from there.
+func (n *Node) renewTimeout() time.Duration { return min(opTimeout, 2*n.cfg.LeaseTTL) }
 
 // check proves the lease valid for a turn, renewing it now if its last renewal is too old.
 func (n *Node) check(l *lease) error {

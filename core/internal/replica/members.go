@@ -131,6 +131,14 @@ func (n *Node) heard(b []byte) {
 	// node's death, the takeover rule counts from its last renewal that was heard.
 	for shard, rev := range msg.Shards {
 		s, ok := n.seen[shard]
+		if ok && rev < s.rev {
+			// An older sighting than the one kept: a node's beats may cross on the way (a call's
+			// take beats while the renewer's round does), and a former holder's last beats may
+			// come after its successor's. A lease's revision only grows: going back to the older
+			// one would time the lease afresh, and a takeover's read, finding the newer revision,
+			// would wait a LeaseTTL more.
+			continue
+		}
 		if !ok || s.rev != rev {
 			s = seenLease{rev: rev, holder: msg.Node, at: now}
 		}
