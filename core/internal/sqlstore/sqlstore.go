@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	"modernc.org/libc"
 	"modernc.org/sqlite"
 )
 
@@ -58,6 +59,7 @@ type DB struct {
 	query    string                 // the user statement being prepared
 	quiet    bool                   // Quiesce or Park gave the memory back; the next statement takes it again
 	noLook   bool                   // Quiesce turned the lookaside allocator off
+	look     uintptr                // the lookaside buffer of lookasideBufs the connection uses (0: none, or SQLite's own)
 	woke     func()                 // Quiesce's or Park's caller, told when the database is in use again
 }
 
@@ -338,6 +340,15 @@ func (s *DB) trimLog() error {
 func (s *DB) disconnect() error {
 	s.ForgetStmts()
 	s.closeOwn()
+	s.conn.Raw(func(dc any) error {
+		if s.look != 0 {
+			// The buffer is kept only once SQLite has let go of it; else it stays with the
+			// connection, which may outlive its close (a statement left unfinalized).
+			handle(dc, func(t *libc.TLS, h uintptr) { s.lookasideOff(t, h) })
+			s.look = 0
+		}
+		return nil
+	})
 	fileOps.Lock()
 	err := s.conn.Close()
 	cerr := s.db.Close()

@@ -272,3 +272,45 @@ func TestOpenCheckedRefusesADamagedFileUntouched(t *testing.T) {
 		t.Fatalf("%d rows after a passed check; want 20", n)
 	}
 }
+
+// A database that takes its lookaside back after Quiesce takes a buffer another database gave back,
+// not a new allocation, and the buffer is given back again by Quiesce and by Close; the lookaside
+// works in it (slots in use after a statement).
+func TestQuiesceKeepsLookasideBuffers(t *testing.T) {
+	dir := t.TempDir()
+	a, b := openTest(t, filepath.Join(dir, "a.sqlite"), "FULL"), openTest(t, filepath.Join(dir, "b.sqlite"), "FULL")
+	cycle := func(db *DB) uintptr {
+		t.Helper()
+		if err := db.Quiesce(nil); err != nil {
+			t.Fatal(err)
+		}
+		writeRows(t, db, 1, 10)
+		m, err := db.Memory()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Lookaside == 0 {
+			t.Fatalf("no lookaside slot in use after a statement: %+v", m)
+		}
+		return db.look
+	}
+	first := cycle(a)
+	if first == 0 {
+		t.Fatal("the woken database has no kept lookaside buffer")
+	}
+	if err := a.Quiesce(nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := cycle(b); got != first {
+		t.Fatalf("the next database woken took buffer %#x, want %#x, the one given back", got, first)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := cycle(a); got != first {
+		t.Fatalf("after Close, the next database woken took buffer %#x, want %#x, the one given back", got, first)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
