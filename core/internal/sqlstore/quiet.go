@@ -17,9 +17,10 @@ const (
 	lookasideSlots = 40
 )
 
-// lookasideBufs are lookaside buffers given back by Quiesce, kept for the next database to take its
-// lookaside back (wake), at most maxLookasideBufs of them (48 KB each). A buffer SQLite allocates
-// and frees at each quiesce and wake comes from the C heap's allocator, which hands regions freed
+// lookasideBufs are lookaside buffers given back by Quiesce and by closing connections, kept for
+// the next connection to open or to take its lookaside back (wake), at most maxLookasideBufs of them
+// (48 KB each). A buffer SQLite allocates and frees at each open, quiesce, wake and close comes from
+// the C heap's allocator, which hands regions freed
 // in numbers back to the operating system (madvise) and faults them in again when they are reused:
 // over thousands of objects woken in turn, a third of the CPU time of the wakes. A kept buffer stays
 // in memory. Each is used by one connection at a time: it is taken back only once SQLite has let

@@ -259,6 +259,15 @@ func (s *DB) connect(hold *os.File, check FileCheck) error {
 		if err := r.RegisterAuthorizer(s.authorize); err != nil {
 			return err
 		}
+		// The lookaside allocator SQLite set up at open goes back at once, and the connection takes
+		// a kept buffer instead (see lookasideBufs): the C heap's region is freed as soon as it was
+		// allocated, so the next open takes it back as it is, and the connection's quiesces and its
+		// close give their buffer to the next connection, not back to the allocator.
+		handle(dc, func(t *libc.TLS, h uintptr) {
+			if s.lookasideOff(t, h) {
+				s.lookasideOn(t, h)
+			}
+		})
 		// Keep the WAL file at close: re-creating it on activation costs a directory fsync.
 		if fc, ok := dc.(sqlite.FileControl); ok {
 			if _, err := fc.FileControlPersistWAL("main", 1); err != nil {

@@ -273,17 +273,24 @@ func TestOpenCheckedRefusesADamagedFileUntouched(t *testing.T) {
 	}
 }
 
-// A database that takes its lookaside back after Quiesce takes a buffer another database gave back,
-// not a new allocation, and the buffer is given back again by Quiesce and by Close; the lookaside
-// works in it (slots in use after a statement).
+// An open database's lookaside is in a kept buffer, and a database that takes its lookaside back
+// after Quiesce takes a buffer another database gave back, not a new allocation; Close gives the
+// buffer back too; the lookaside works in it (slots in use after a statement).
 func TestQuiesceKeepsLookasideBuffers(t *testing.T) {
 	dir := t.TempDir()
 	a, b := openTest(t, filepath.Join(dir, "a.sqlite"), "FULL"), openTest(t, filepath.Join(dir, "b.sqlite"), "FULL")
-	cycle := func(db *DB) uintptr {
+	bufA := a.look
+	if bufA == 0 || b.look == 0 {
+		t.Fatalf("opened databases use lookaside buffers %#x and %#x, want kept ones (not 0)", a.look, b.look)
+	}
+	quiesce := func(db *DB) {
 		t.Helper()
 		if err := db.Quiesce(nil); err != nil {
 			t.Fatal(err)
 		}
+	}
+	wake := func(db *DB) uintptr {
+		t.Helper()
 		writeRows(t, db, 1, 10)
 		m, err := db.Memory()
 		if err != nil {
@@ -294,21 +301,16 @@ func TestQuiesceKeepsLookasideBuffers(t *testing.T) {
 		}
 		return db.look
 	}
-	first := cycle(a)
-	if first == 0 {
-		t.Fatal("the woken database has no kept lookaside buffer")
+	quiesce(b)
+	quiesce(a) // gives bufA back
+	if got := wake(b); got != bufA {
+		t.Fatalf("the next database woken took buffer %#x, want %#x, the one given back", got, bufA)
 	}
-	if err := a.Quiesce(nil); err != nil {
+	if err := b.Close(); err != nil { // gives bufA back
 		t.Fatal(err)
 	}
-	if got := cycle(b); got != first {
-		t.Fatalf("the next database woken took buffer %#x, want %#x, the one given back", got, first)
-	}
-	if err := b.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if got := cycle(a); got != first {
-		t.Fatalf("after Close, the next database woken took buffer %#x, want %#x, the one given back", got, first)
+	if got := wake(a); got != bufA {
+		t.Fatalf("after Close, the next database woken took buffer %#x, want %#x, the one given back", got, bufA)
 	}
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
