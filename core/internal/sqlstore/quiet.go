@@ -74,6 +74,32 @@ func (s *DB) lookasideOff(t *libc.TLS, h uintptr) bool {
 	return true
 }
 
+// keptLookaside gives the driver's connection dc, just opened, a kept lookaside buffer: the one
+// SQLite set up at open goes back at once (its C heap region is freed as soon as it was allocated,
+// so the next open takes it back as it is), and the connection's quiesces and its close give their
+// buffer to the next connection, not back to the allocator (see lookasideBufs).
+func (s *DB) keptLookaside(dc any) {
+	handle(dc, func(t *libc.TLS, h uintptr) {
+		if s.lookasideOff(t, h) {
+			s.lookasideOn(t, h)
+		}
+	})
+}
+
+// lookasideBack keeps the connection's lookaside buffer again before it closes. The buffer is kept
+// only once SQLite has let go of it; else it stays with the connection, which may outlive its close
+// (a statement left unfinalized).
+func (s *DB) lookasideBack() {
+	if s.look == 0 {
+		return
+	}
+	s.conn.Raw(func(dc any) error {
+		handle(dc, func(t *libc.TLS, h uintptr) { s.lookasideOff(t, h) })
+		return nil
+	})
+	s.look = 0
+}
+
 // lookasideOn gives the connection h its lookaside allocator back, in a buffer of lookasideBufs.
 func (s *DB) lookasideOn(t *libc.TLS, h uintptr) {
 	p := takeLookaside(t)

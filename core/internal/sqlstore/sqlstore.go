@@ -19,7 +19,6 @@ import (
 	"path/filepath"
 	"sync"
 
-	"modernc.org/libc"
 	"modernc.org/sqlite"
 )
 
@@ -259,15 +258,7 @@ func (s *DB) connect(hold *os.File, check FileCheck) error {
 		if err := r.RegisterAuthorizer(s.authorize); err != nil {
 			return err
 		}
-		// The lookaside allocator SQLite set up at open goes back at once, and the connection takes
-		// a kept buffer instead (see lookasideBufs): the C heap's region is freed as soon as it was
-		// allocated, so the next open takes it back as it is, and the connection's quiesces and its
-		// close give their buffer to the next connection, not back to the allocator.
-		handle(dc, func(t *libc.TLS, h uintptr) {
-			if s.lookasideOff(t, h) {
-				s.lookasideOn(t, h)
-			}
-		})
+		s.keptLookaside(dc)
 		// Keep the WAL file at close: re-creating it on activation costs a directory fsync.
 		if fc, ok := dc.(sqlite.FileControl); ok {
 			if _, err := fc.FileControlPersistWAL("main", 1); err != nil {
@@ -349,15 +340,7 @@ func (s *DB) trimLog() error {
 func (s *DB) disconnect() error {
 	s.ForgetStmts()
 	s.closeOwn()
-	s.conn.Raw(func(dc any) error {
-		if s.look != 0 {
-			// The buffer is kept only once SQLite has let go of it; else it stays with the
-			// connection, which may outlive its close (a statement left unfinalized).
-			handle(dc, func(t *libc.TLS, h uintptr) { s.lookasideOff(t, h) })
-			s.look = 0
-		}
-		return nil
-	})
+	s.lookasideBack()
 	fileOps.Lock()
 	err := s.conn.Close()
 	cerr := s.db.Close()
