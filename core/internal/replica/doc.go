@@ -21,12 +21,11 @@
 // # Concurrency
 //
 //   - The Node owns four goroutines: the renewer (a round every quarter LeaseTTL: renewals, each
-//     in a goroutine of its own that the Node waits for, and when no renewal answered lately,
-//     reads of the shards' leases for readiness, at most one per shard at a time, then a beat),
-//     the placer (every eighth LeaseTTL, or at once when a shard is handed to this node:
-//     takeovers of dead nodes' shards and of shards handed over, each in a goroutine of its own
-//     that the Node waits for (at most one per shard, so that a shard whose stream elects a leader
-//     holds up no other), hand-overs, closing a shard's idle objects through Config.Evict),
+//     in a goroutine of its own that the Node waits for, then a beat), the placer (every eighth
+//     LeaseTTL, or at once when a shard is handed to this node: takeovers of dead nodes' shards
+//     and of shards handed over, each in a goroutine of its own that the Node waits for (at most
+//     one per shard, so that a shard whose stream elects a leader holds up no other), hand-overs,
+//     closing a shard's idle objects through Config.Evict),
 //     the warmer (every LeaseTTL: the catch-ups of the files of the objects the holders of the
 //     shards this node would take over name in their beats, one object at a time, warmMax at most;
 //     it only reads the log) and the beacon's listener; after ServeAlarms three more: the alarm

@@ -73,8 +73,6 @@ type Node struct {
 	members    map[string]*member   // by name: the nodes heard beating, this one too
 	draining   bool                 // Drain was called: no shard is taken, the held ones go back
 	engineOK   time.Time            // when a call to the leases last succeeded
-	probeShard int                  // the shard whose lease answered the renewer's last probe
-	probing    map[int]bool         // by shard: a probe of its lease under way
 	handing    map[int]*handOver    // by shard: the shards this node hands over (handover.go)
 	begun      []time.Time          // when the hand-overs of the last LeaseTTL began
 	heldBack   map[int]time.Time    // by shard: no hand-over before then (one was given up)
@@ -102,7 +100,7 @@ func Start(cfg Config) (*Node, error) {
 	rand.Read(rnd[:])
 	n := &Node{cfg: cfg, margin: cfg.LeaseTTL / 8, inc: hex.EncodeToString(rnd[:]), shards: cfg.Log.Shards(),
 		start: cfg.Now(), held: map[int]*lease{}, seen: map[int]seenLease{}, members: map[string]*member{},
-		handing: map[int]*handOver{}, heldBack: map[int]time.Time{}, offered: map[int]string{}, takingOver: map[int]bool{}, probing: map[int]bool{}, handedIn: make(chan struct{}),
+		handing: map[int]*handOver{}, heldBack: map[int]time.Time{}, offered: map[int]string{}, takingOver: map[int]bool{}, handedIn: make(chan struct{}),
 		wake: make(chan struct{}, 1), stop: make(chan struct{})}
 	n.takes = make([]sync.Mutex, n.shards)
 	n.alarms.init()
@@ -154,25 +152,10 @@ func (n *Node) shipped(c *walship.Commit, recs [][]byte) {
 	}
 }
 
-// forgetSeenAfter is how long another node's lease is remembered after this node last saw it,
-// unless its holder is a member that stopped beating (see forgets). One forgotten and asked for
-// again is timed afresh, so its takeover takes LeaseTTL from then.
+// forgetSeenAfter is how long another node's lease is remembered after this node last saw it. A
+// node asked for many shards that others own would otherwise remember them all; one forgotten and
+// asked for again is timed afresh, so its takeover takes LeaseTTL from then.
 func (n *Node) forgetSeenAfter() time.Duration { return 2 * n.cfg.LeaseTTL }
-
-// forgets reports whether s, shard's lease as last seen, is forgotten now. The lease of a member
-// that stopped beating is remembered until the shard is taken over (by this node, or by a node
-// whose beats name it at a new revision): its takeover waits for a read of the lease, which
-// fails for as long as the shard's stream elects a leader (it may have lost it with the dead
-// node), and a lease forgotten meanwhile would be no dead node's shard any more, taken only when
-// a call came, and then a LeaseTTL later. Remembering it longer is safe: the revision read at the
-// takeover must still be the one seen, so the holder has not renewed since. n.mu is held.
-func (n *Node) forgets(s seenLease, now time.Time) bool {
-	if now.Sub(s.checked) <= n.forgetSeenAfter() {
-		return false
-	}
-	m := n.members[s.holder]
-	return m == nil || n.alive(m, now)
-}
 
 // renewer renews the held leases every quarter LeaseTTL, each on its own (a renewal stuck on a
 // shard whose engine has no leader delays no other), hands back the kept leases whose keeping
@@ -205,13 +188,11 @@ func (n *Node) round() {
 		ls = append(ls, l)
 	}
 	for shard, s := range n.seen {
-		if n.forgets(s, now) {
+		if now.Sub(s.checked) > n.forgetSeenAfter() {
 			delete(n.seen, shard)
 		}
 	}
-	// Holding nothing, or with no renewal answered lately (the streams of the held shards elect
-	// leaders), the node still learns whether its engine answers.
-	probe := len(ls) == 0 || n.engineOK.IsZero() || now.Sub(n.engineOK) > n.cfg.LeaseTTL/2
+	probe := len(ls) == 0
 	n.mu.Unlock()
 	for _, l := range drop {
 		n.done.Go(func() {
@@ -232,14 +213,16 @@ func (n *Node) round() {
 			n.renewLogged(l)
 		})
 	}
-	if probe {
-		for _, shard := range n.probes(now) {
-			round.Add(1)
-			n.done.Go(func() {
-				defer round.Done()
-				n.probe(shard)
-			})
-		}
+	if probe { // holding nothing, the node still learns whether its engine answers
+		round.Add(1)
+		n.done.Go(func() {
+			defer round.Done()
+			ctx, cancel := opCtx()
+			defer cancel()
+			if _, _, err := n.cfg.Leases.Get(ctx, 0); err == nil {
+				n.engineAnswered()
+			}
+		})
 	}
 	// The beat waits for the round's renewals, but not for long: a stuck one must not keep the
 	// others' from being announced.
@@ -275,47 +258,6 @@ func (n *Node) engineAnswered() {
 	n.mu.Lock()
 	n.engineOK = now
 	n.mu.Unlock()
-}
-
-// probes returns the shards whose leases the renewer reads to learn whether the engine answers,
-// when no renewal tells it: the shard that answered last; every shard once the engine has not
-// answered for half a LeaseTTL (the node's own shards' streams may all be electing leaders, and
-// another shard's stream may be too), so that the node stays ready, and may take a dead node's
-// shards over, as long as any stream of the engine answers. A shard whose probe is still under
-// way is left out: a probe of a stream without a leader waits, and must not pile up. n.mu is not
-// held.
-func (n *Node) probes(now time.Time) []int {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	shards := []int{n.probeShard}
-	if n.engineOK.IsZero() || now.Sub(n.engineOK) > n.cfg.LeaseTTL/2 {
-		shards = shards[:0]
-		for i := range n.shards {
-			shards = append(shards, (n.probeShard+i)%n.shards)
-		}
-	}
-	out := shards[:0]
-	for _, shard := range shards {
-		if !n.probing[shard] {
-			n.probing[shard] = true
-			out = append(out, shard)
-		}
-	}
-	return out
-}
-
-// probe reads shard's lease; if the engine answers, the node knows it is current.
-func (n *Node) probe(shard int) {
-	ctx, cancel := opCtx()
-	defer cancel()
-	_, _, err := n.cfg.Leases.Get(ctx, shard)
-	now := n.cfg.Now()
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	delete(n.probing, shard)
-	if err == nil {
-		n.engineOK, n.probeShard = now, shard
-	}
 }
 
 // Close stops the renewer, the placer, the warmer (after its catch-up under way) and the listener,
