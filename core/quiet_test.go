@@ -223,32 +223,16 @@ func TestRuntime_OpenObjectHoldsTwoDescriptors(t *testing.T) {
 	rt := openRuntime(t, core.Options{Dir: dir, IdleTimeout: time.Hour})
 	ns, err := core.Register(rt, "plain", func(_ context.Context, st *core.State) (*plainObj, error) { return &plainObj{st: st}, nil })
 	require.NoError(t, err)
-	insert := func(stub *core.Stub[*plainObj]) int {
-		n, err := core.Call(ctx, stub, func(ctx context.Context, p *plainObj) (int, error) {
-			s := p.st.Storage()
-			if _, err := s.Exec(ctx, "CREATE TABLE IF NOT EXISTS t(x)"); err != nil {
-				return 0, err
-			}
-			if _, err := s.Exec(ctx, "INSERT INTO t VALUES (1)"); err != nil {
-				return 0, err
-			}
-			var n int
-			err := s.QueryRow(ctx, "SELECT count(*) FROM t").Scan(&n)
-			return n, err
-		})
-		require.NoError(t, err)
-		return n
-	}
 	const objects = 20
 	stubs := make([]*core.Stub[*plainObj], objects)
 	for i := range stubs {
 		stubs[i], err = ns.Get(fmt.Sprint("o", i))
 		require.NoError(t, err)
 	}
-	insert(stubs[0]) // the runtime's own files are open from here on
+	insertRow(t, stubs[0]) // the runtime's own files are open from here on
 	before := fds()
 	for _, s := range stubs[1:] {
-		insert(s)
+		insertRow(t, s)
 	}
 	require.Equal(t, int64(objects), rt.Stats().OpenDBs)
 	if got, want := fds()-before, 2*(objects-1); got != want {
@@ -267,8 +251,8 @@ func TestRuntime_OpenObjectHoldsTwoDescriptors(t *testing.T) {
 	problems, err := rt.Admin().Check(ctx)
 	require.NoError(t, err)
 	require.Empty(t, problems)
-	require.Equal(t, 2, insert(stubs[1]), "the inspected object serves again, with every row")
-	require.Equal(t, 2, insert(stubs[2]))
+	require.Equal(t, 2, insertRow(t, stubs[1]), "the inspected object serves again, with every row")
+	require.Equal(t, 2, insertRow(t, stubs[2]))
 	shm, err = filepath.Glob(filepath.Join(dir, "plain", "*-shm"))
 	require.NoError(t, err)
 	require.Empty(t, shm, "inspection leaves no WAL index file behind")
