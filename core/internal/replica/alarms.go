@@ -313,7 +313,7 @@ const (
 // loadAlarms lists shard's entries and hands them to the scheduler, if this node still holds the
 // shard. It reports false if the listing failed: the shard is listed again (alarmWorker).
 func (n *Node) loadAlarms(shard int) bool {
-	ctx, cancel := opCtx()
+	ctx, cancel := n.bgCtx(opTimeout)
 	defer cancel()
 	start := time.Now()
 	var listed []Alarm
@@ -453,7 +453,7 @@ func (n *Node) sweepAlarms() {
 // free; if a node holds it that does not announce it, the lease is timed here so that the placer
 // takes it over once it has stayed unrenewed for LeaseTTL.
 func (n *Node) adoptShard(shard int) {
-	ctx, cancel := opCtx()
+	ctx, cancel := n.bgCtx(opTimeout)
 	defer cancel()
 	found := errors.New("found")
 	err := n.cfg.Log.Alarms(ctx, shard, func(string, time.Time, uint64) error { return found })

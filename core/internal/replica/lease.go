@@ -257,7 +257,7 @@ func (n *Node) unref(l *lease) error {
 // of a dead node's shard), for none until the keeping ends. The caller holds n.takes[shard], and
 // this node does not hold the shard.
 func (n *Node) take(shard int, key string, keep bool) (*lease, error) {
-	ctx, cancel := opCtx()
+	ctx, cancel := n.bgCtx(opTimeout)
 	defer cancel()
 	n.mu.Lock()
 	prior, known := n.seen[shard]

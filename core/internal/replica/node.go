@@ -29,6 +29,14 @@ func opCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), opTimeout)
 }
 
+// bgCtx is the context of a call to the log or the leases that nothing but the node waits for (a
+// probe, a takeover, a catch-up, a listing of alarms): bounded by d, and ended by Close, so that a
+// node whose shard's stream has no leader stops at once instead of waiting that call out. A commit's
+// append, and a lease handed back, keep opCtx: Close hands leases back after it ends these.
+func (n *Node) bgCtx(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(n.life, d)
+}
+
 // Config is a node's cluster mode, with the runtime's defaults applied.
 type Config struct {
 	Node          string // this node's name: the lease holder's
@@ -85,7 +93,9 @@ type Node struct {
 
 	alarms alarmBook // the held shards' alarm indexes (alarms.go)
 
-	stop       chan struct{} // closed to stop the renewer and the placer
+	stop       chan struct{}   // closed to stop the renewer and the placer
+	life       context.Context // ended by Close: the calls that only the Node's goroutines wait for (bgCtx)
+	endLife    context.CancelFunc
 	stopOnce   sync.Once
 	done       sync.WaitGroup // the renewer, the placer and the renewals and takeovers they started
 	stopListen func()
@@ -103,6 +113,7 @@ func Start(cfg Config) (*Node, error) {
 		handing: map[int]*handOver{}, heldBack: map[int]time.Time{}, offered: map[int]string{}, takingOver: map[int]bool{}, handedIn: make(chan struct{}),
 		wake: make(chan struct{}, 1), stop: make(chan struct{})}
 	n.takes = make([]sync.Mutex, n.shards)
+	n.life, n.endLife = context.WithCancel(context.Background())
 	n.alarms.init()
 	stop, err := cfg.Beacon.Listen(n.heard)
 	if err != nil {
@@ -217,7 +228,7 @@ func (n *Node) round() {
 		round.Add(1)
 		n.done.Go(func() {
 			defer round.Done()
-			ctx, cancel := opCtx()
+			ctx, cancel := n.bgCtx(opTimeout)
 			defer cancel()
 			if _, _, err := n.cfg.Leases.Get(ctx, 0); err == nil {
 				n.engineAnswered()
@@ -265,6 +276,7 @@ func (n *Node) engineAnswered() {
 // (of objects that could not be closed).
 func (n *Node) Close() error {
 	n.stopOnce.Do(func() { close(n.stop) })
+	n.endLife()
 	n.done.Wait()
 	n.mu.Lock()
 	ls := make([]*lease, 0, len(n.held))

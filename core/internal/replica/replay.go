@@ -151,7 +151,7 @@ func (x *Object) read(target string, after uint64, want *logrecord.BatchID, st *
 		pages     = pageCache{open: open}
 		raw       bytes.Buffer
 	)
-	ctx, cancel := context.WithTimeout(context.Background(), replayTimeout)
+	ctx, cancel := x.n.bgCtx(replayTimeout)
 	defer cancel()
 	err = x.n.cfg.Log.Read(ctx, x.key, after, func(s uint64, b []byte) error {
 		r, err := logrecord.Decode(b)

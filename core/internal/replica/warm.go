@@ -171,7 +171,7 @@ func (n *Node) warmUp(key string, reached uint64) (uint64, error) {
 	if path == "" { // its namespace is not registered here
 		return reached, nil
 	}
-	ctx, cancel := opCtx()
+	ctx, cancel := n.bgCtx(opTimeout)
 	last, _, err := n.cfg.Log.Last(ctx, key)
 	cancel()
 	if err != nil {
