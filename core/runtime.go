@@ -270,11 +270,14 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 	if err := waitCalls(); err != nil {
 		return err
 	}
-	errs = append(errs, rt.ws.close()) // 1001 to every WebSocket client (SEMANTICS R8)
+	rt.ws.closeOwn() // 1001 to every WebSocket client of an object here (SEMANTICS R8)
+	// The objects close, and their shards' leases go back: in cluster mode handed over to the next
+	// owners, with the handles of the other nodes' connections (CL18), so the relay still runs.
 	evictIdle()
 	if err := waitCalls(); err != nil {
 		return err
 	}
+	errs = append(errs, rt.ws.closeRelay())
 	rt.router.stop()       // no call is under way: serve no more
 	if rt.cluster != nil { // the objects are closed and their leases handed back: stop renewing
 		errs = append(errs, rt.cluster.Close())

@@ -150,26 +150,51 @@ func (h *wsHub) setAuto(ns *namespace, name string, ar *autoResponse) {
 	}
 }
 
-// close closes every connection with 1001 and waits until all are gone (each client has closeGrace
-// to answer). Runtime.Close calls it once no turn runs, so no event is delivered after it.
-func (h *wsHub) close() error {
+// closeOwn closes with 1001 every connection whose client is this node's and whose object this
+// node owns, and lists no new one. The handles of other nodes' connections stay listed, and the
+// relay runs, until closeRelay: a shard handed over as the runtime drains hands its handles to the
+// next owner (wshandoff.go). Runtime.Shutdown calls it once no turn runs, so no event is delivered
+// after it.
+func (h *wsHub) closeOwn() {
 	h.mu.Lock()
 	h.closed = true
 	var all []*WebSocket
 	for _, g := range h.groups {
 		for _, ws := range g.conns {
-			if ws != nil {
+			if ws == nil {
+				continue
+			}
+			if _, remote := ws.c.(*remoteConn); !remote {
 				all = append(all, ws)
 			}
 		}
 	}
 	h.mu.Unlock()
 	for _, ws := range all {
-		if rc, ok := ws.c.(*remoteConn); ok { // held by an edge, which follows the object elsewhere
-			rc.forget()
-			continue
-		}
 		ws.c.StartClose(&wsconn.End{Code: CloseGoingAway, Reason: "runtime shutting down"})
+	}
+}
+
+// closeRelay forgets the handles of other nodes' connections still listed (their edges follow
+// their objects elsewhere), stops the relay (this node's clients of objects owned elsewhere are
+// closed with 1001), and waits until every connection is gone (each client has closeGrace to
+// answer).
+func (h *wsHub) closeRelay() error {
+	h.mu.Lock()
+	var all []*remoteConn
+	for _, g := range h.groups {
+		for _, ws := range g.conns {
+			if ws == nil {
+				continue
+			}
+			if rc, ok := ws.c.(*remoteConn); ok {
+				all = append(all, rc)
+			}
+		}
+	}
+	h.mu.Unlock()
+	for _, rc := range all {
+		rc.forget()
 	}
 	h.relay.close()
 	h.wg.Wait()

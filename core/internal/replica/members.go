@@ -335,10 +335,22 @@ func (n *Node) takeOver(shard int, why string) {
 // Drain makes the node hand its shards over: from now on it takes no shard and refuses every call
 // that would take one, naming the node that should serve it, and its beats say it drains, so no
 // dead node's shard is given to it. Each held lease goes back once its last resident object is
-// gone (the runtime's Shutdown evicts them).
+// gone (the runtime's Shutdown evicts them). A shard whose lease can be proven and that has a
+// successor (a live, ready node that does not drain) goes back as a hand-over to it (handover.go):
+// the beats name it, the others refuse in its name, the successor waits for the lease instead of
+// refusing, and Config.HandOff gives it what the runtime keeps beside the shard's logs first.
 func (n *Node) Drain() {
+	now := n.cfg.Now()
 	n.mu.Lock()
 	n.draining = true
+	for shard, l := range n.held {
+		if _, ok := n.handing[shard]; ok || !n.validAt(l, now) {
+			continue
+		}
+		if to := n.successor(shard); to != "" {
+			n.handing[shard] = &handOver{to: to, began: now}
+		}
+	}
 	n.mu.Unlock()
 	n.beat(false)
 }

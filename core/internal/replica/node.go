@@ -207,7 +207,7 @@ func (n *Node) round() {
 	n.mu.Unlock()
 	for _, l := range drop {
 		n.done.Go(func() {
-			if err := n.release(l); err != nil {
+			if err := n.handBack(l); err != nil { // a plain release unless the shard is handed over (Drain)
 				n.cfg.Logger.Warn("a lease could not be handed back; it lapses after LeaseTTL", "event", "lease_release_failed", "shard", l.shard, "error", err)
 			}
 		})
