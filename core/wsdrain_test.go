@@ -1,7 +1,6 @@
 package core_test
 
 import (
-	"errors"
 	"strconv"
 	"testing"
 	"testing/synctest"
@@ -29,21 +28,7 @@ func TestWebSocketRelay_DrainMissesNoMessage(t *testing.T) {
 		require.Zero(t, n2.rt.Stats().Cluster.HeldLeases, "the room runs at n1")
 
 		code := make(chan int, 1)
-		go func() { // read meanwhile: over a pipe, the close frame waits for its reader
-			alice.SetReadDeadline(time.Now().Add(clusterTTL))
-			for {
-				_, _, err := alice.ReadMessage()
-				var ce *websocket.CloseError
-				if errors.As(err, &ce) {
-					code <- ce.Code
-					return
-				}
-				if err != nil {
-					code <- 0
-					return
-				}
-			}
-		}()
+		go func() { code <- closeCodeWithin(alice, clusterTTL) }() // over a pipe, the close frame waits for its reader
 		require.NoError(t, n1.rt.Close())
 		require.Equal(t, websocket.CloseGoingAway, <-code, "the draining node's own client")
 		require.Equal(t, int64(1), n2.rt.Stats().Cluster.HeldLeases, "the room was handed over to n2")

@@ -99,6 +99,22 @@ func TestWebSocketRelay_HandOverMissesNoMessage(t *testing.T) {
 	}
 }
 
+// closeCodeWithin reads c until its close frame, within d, and returns the close code (0 if c
+// ended otherwise). Unlike closeCode it may run beside the test, in a goroutine of its own.
+func closeCodeWithin(c *websocket.Conn, d time.Duration) int {
+	c.SetReadDeadline(time.Now().Add(d))
+	for {
+		_, _, err := c.ReadMessage()
+		var ce *websocket.CloseError
+		if errors.As(err, &ce) {
+			return ce.Code
+		}
+		if err != nil {
+			return 0
+		}
+	}
+}
+
 // refuseAdopt fails every call that hands a connection's handle to another node.
 type refuseAdopt struct{ replog.Calls }
 
@@ -117,21 +133,7 @@ func TestWebSocketRelay_HandOverUnhandedCloses(t *testing.T) {
 		n1, n2, members := handOverRoom(t, func(own replog.Calls) replog.Calls { return refuseAdopt{own} })
 		codes := make(chan int, len(members))
 		for _, c := range members {
-			go func() { // read meanwhile: over a pipe, the close frame waits for its reader
-				c.SetReadDeadline(time.Now().Add(4 * clusterTTL))
-				for {
-					_, _, err := c.ReadMessage()
-					var ce *websocket.CloseError
-					if errors.As(err, &ce) {
-						codes <- ce.Code
-						return
-					}
-					if err != nil {
-						codes <- 0
-						return
-					}
-				}
-			}()
+			go func() { codes <- closeCodeWithin(c, 4*clusterTTL) }() // over a pipe, the close frame waits for its reader
 		}
 		for range members {
 			require.Equal(t, core.CloseServiceRestart, <-codes, "a connection the new owner was not given")
