@@ -40,9 +40,13 @@ func (rt *Runtime) handOff(shard int, to string) {
 	byObject := map[wsKey][]*WebSocket{}
 	var keys []wsKey
 	r.mu.Lock()
+	closing := rt.isClosed.Load() // a drain: this node's own edge closes its clients (1001)
 	for _, ws := range r.handles {
 		if rt.cluster.ShardOf(ws.ns.name, ws.name) != shard {
 			continue
+		}
+		if closing && ws.c.(*remoteConn).edge == r.node {
+			continue // not handed: the next owner would list a connection that is about to close
 		}
 		k := wsKey{ws.ns, ws.name}
 		if byObject[k] == nil {
