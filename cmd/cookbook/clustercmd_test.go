@@ -93,15 +93,23 @@ func TestCluster_OneCommandThreeNodes(t *testing.T) {
 			t.Fatalf("/session/get on %s after n1 was killed: %d %s; want 200 and the value", n, code, body)
 		}
 	}
+	// A refusal that stored nothing (421, or 503 for a lease or an owner not reached yet) is sent
+	// again; an answer whose outcome is unknown (500, or a deadline) may have made the 5th check
+	// already, and then the one sent again is the 6th, refused.
+	unknown := false
 	for {
 		code, _, body = httpGet(t, nodes["n2"].addr, "/limit?key=k&n=1&limit=5&window=1h")
 		if code == http.StatusOK || time.Since(killed) > 45*time.Second {
 			break
 		}
+		t.Logf("/limit on n2 after n1 was killed: %d %s", code, body)
+		unknown = unknown || code == http.StatusInternalServerError || strings.Contains(body, "deadline") || strings.Contains(body, "canceled")
 		time.Sleep(50 * time.Millisecond)
 	}
-	if l := limitOf(body); code != http.StatusOK || l.Allowed != 1 || l.Results[0].Remaining != 0 {
-		t.Fatalf("/limit on n2 after n1 was killed: %d %s; want the 5th check, none remaining", code, body)
+	l := limitOf(body)
+	fifth := code == http.StatusOK && l.Allowed == 1 && l.Results[0].Remaining == 0
+	if !fifth && !(unknown && code == http.StatusOK && l.Refused == 1) {
+		t.Fatalf("/limit on n2 after n1 was killed: %d %s; want the 5th check, none remaining (or, after an answer of unknown outcome, the 6th refused)", code, body)
 	}
 	code, _, body = httpGet(t, nodes["n3"].addr, "/limit?key=k&n=1&limit=5&window=1h")
 	if l := limitOf(body); code != http.StatusOK || l.Refused != 1 {
