@@ -158,20 +158,11 @@ func (h *wsHub) setAuto(ns *namespace, name string, ar *autoResponse) {
 func (h *wsHub) closeOwn() {
 	h.mu.Lock()
 	h.closed = true
-	var all []*WebSocket
-	for _, g := range h.groups {
-		for _, ws := range g.conns {
-			if ws == nil {
-				continue
-			}
-			if _, remote := ws.c.(*remoteConn); !remote {
-				all = append(all, ws)
-			}
-		}
-	}
 	h.mu.Unlock()
-	for _, ws := range all {
-		ws.c.StartClose(&wsconn.End{Code: CloseGoingAway, Reason: "runtime shutting down"})
+	for _, ws := range h.listed() {
+		if _, remote := ws.c.(*remoteConn); !remote {
+			ws.c.StartClose(&wsconn.End{Code: CloseGoingAway, Reason: "runtime shutting down"})
+		}
 	}
 }
 
@@ -180,25 +171,29 @@ func (h *wsHub) closeOwn() {
 // closed with 1001), and waits until every connection is gone (each client has closeGrace to
 // answer).
 func (h *wsHub) closeRelay() error {
-	h.mu.Lock()
-	var all []*remoteConn
-	for _, g := range h.groups {
-		for _, ws := range g.conns {
-			if ws == nil {
-				continue
-			}
-			if rc, ok := ws.c.(*remoteConn); ok {
-				all = append(all, rc)
-			}
+	for _, ws := range h.listed() {
+		if rc, remote := ws.c.(*remoteConn); remote {
+			rc.forget()
 		}
-	}
-	h.mu.Unlock()
-	for _, rc := range all {
-		rc.forget()
 	}
 	h.relay.close()
 	h.wg.Wait()
 	return nil
+}
+
+// listed returns every connection the hub lists.
+func (h *wsHub) listed() []*WebSocket {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var all []*WebSocket
+	for _, g := range h.groups {
+		for _, ws := range g.conns {
+			if ws != nil {
+				all = append(all, ws)
+			}
+		}
+	}
+	return all
 }
 
 func (h *wsHub) upgrader(rt *Runtime) *websocket.Upgrader {
